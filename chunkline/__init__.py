@@ -1,0 +1,35 @@
+"""chunkline: markdown chunking for retrieval pipelines, with exact positions and token-exact limits.
+
+The engine (this package's top level) imports no Apache Beam; the Beam transforms live in
+``chunkline.transforms`` and the pipeline and command line in ``chunkline.pipelines``.
+"""
+
+from chunkline.config import ChunkConfig, ConfigError, load_chunk_config
+from chunkline.engine import ReconstructionError, chunk_document, chunk_markdown, reconstruct
+from chunkline.record import Chunk, ChunkSpan
+from chunkline.registry import Strategy, StrategyError, available_strategies, get_strategy, register_strategy
+from chunkline.structure import MarkdownDocument, parse_markdown
+from chunkline.tokenizers import TokenizerUnavailableError, get_token_counter
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Chunk",
+    "ChunkConfig",
+    "ChunkSpan",
+    "ConfigError",
+    "MarkdownDocument",
+    "ReconstructionError",
+    "Strategy",
+    "StrategyError",
+    "TokenizerUnavailableError",
+    "available_strategies",
+    "chunk_document",
+    "chunk_markdown",
+    "get_strategy",
+    "get_token_counter",
+    "load_chunk_config",
+    "parse_markdown",
+    "reconstruct",
+    "register_strategy",
+]

@@ -1,0 +1,168 @@
+"""``ChunkConfig``: the one frozen, validated object that tells the engine how to chunk.
+
+In YAML it is the ``chunking`` section (see ``configs/default.yaml``)::
+
+    chunking:
+      strategy: headings
+      max_tokens: 512
+      overlap_tokens: 50
+      tokenizer: cl100k_base
+      headings:              # the parameters of the strategy named above
+        min_heading_level: 1
+        max_heading_level: 6
+
+Settings are layered: the built-in defaults, then a YAML file, then environment variables
+(``CHUNKLINE_CHUNK_MAX_TOKENS=1024``, ``CHUNKLINE_CHUNK_HEADINGS__MAX_HEADING_LEVEL=3``), then explicit
+``key=value`` overrides. Every layer is checked; a bad key is named by its dotted path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from chunkline.registry import get_strategy
+from chunkline.settings import (
+    ConfigError,
+    build_dataclass,
+    deep_merge,
+    env_overrides,
+    parse_assignments,
+    read_yaml_mapping,
+)
+
+__all__ = ["ChunkConfig", "ConfigError", "load_chunk_config", "CHUNK_ENV_PREFIX"]
+
+#: Environment variables with this prefix override ``chunking`` settings.
+CHUNK_ENV_PREFIX = "CHUNKLINE_CHUNK_"
+
+#: Sections of a chunkline config file; this module reads ``chunking``, the pipeline reads the others.
+_SECTIONS = frozenset({"chunking", "input", "output", "run"})
+
+_COMMON_KEYS = ("strategy", "max_tokens", "overlap_tokens", "tokenizer", "tokenizer_file")
+
+
+@dataclass(frozen=True)
+class ChunkConfig:
+    """How to chunk: the strategy, the token budget, the tokenizer and the strategy's own parameters."""
+
+    strategy: str = "headings"
+    """Name of a registered strategy (``chunkline strategies`` lists them)."""
+    max_tokens: int = 512
+    """No chunk has more tokens than this, counted with ``tokenizer``."""
+    overlap_tokens: int = 50
+    """Tokens shared by consecutive pieces of one split section (at most; cuts fall on boundaries)."""
+    tokenizer: str = "cl100k_base"
+    """A tiktoken encoding name."""
+    tokenizer_file: str | None = None
+    """Path or fsspec URL of the encoding's ``.tiktoken`` file, for encodings no installed package bundles."""
+    params: Any = field(default=None, compare=True)
+    """The strategy's parameter dataclass; its defaults when not given."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 1:
+            raise ConfigError(f"chunking.max_tokens must be a whole number >= 1, got {self.max_tokens!r}")
+        if (
+            isinstance(self.overlap_tokens, bool)
+            or not isinstance(self.overlap_tokens, int)
+            or not 0 <= self.overlap_tokens < self.max_tokens
+        ):
+            raise ConfigError(
+                f"chunking.overlap_tokens must be >= 0 and less than max_tokens ({self.max_tokens}), "
+                f"got {self.overlap_tokens!r}"
+            )
+        if not isinstance(self.tokenizer, str) or not self.tokenizer:
+            raise ConfigError("chunking.tokenizer must name a tiktoken encoding, e.g. cl100k_base")
+        try:
+            strategy = get_strategy(self.strategy)
+        except ValueError as error:
+            raise ConfigError(f"chunking.strategy: {error}") from None
+        if self.params is None:
+            object.__setattr__(self, "params", strategy.params_type())
+        elif not isinstance(self.params, strategy.params_type):
+            raise ConfigError(
+                f"chunking.{self.strategy}: expected {strategy.params_type.__name__}, "
+                f"got {type(self.params).__name__}"
+            )
+        check = getattr(self.params, "check", None)
+        if check is not None:
+            try:
+                check(self)
+            except ValueError as error:
+                raise ConfigError(f"chunking.{self.strategy}: {error}") from None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None, path: str = "chunking") -> ChunkConfig:
+        """A config from the mapping of a ``chunking`` section; strategy sections are checked too."""
+        data = dict(data or {})
+        common = {key: data.pop(key) for key in _COMMON_KEYS if key in data}
+        strategy_name = common.get("strategy", cls.strategy)
+        if not isinstance(strategy_name, str):
+            raise ConfigError(f"{path}.strategy: expected a strategy name, got {strategy_name!r}")
+        sections: dict[str, Any] = {}
+        for name, section in data.items():
+            try:
+                strategy = get_strategy(name)
+            except ValueError:
+                raise ConfigError(
+                    f"unknown setting {path}.{name}; known settings here: "
+                    f"{', '.join(_COMMON_KEYS)} and a section per strategy"
+                ) from None
+            sections[name] = build_dataclass(strategy.params_type, section, f"{path}.{name}")
+        checked = build_dataclass(_CommonSettings, common, path)
+        try:
+            return cls(**dataclasses.asdict(checked), params=sections.get(strategy_name))
+        except ConfigError as error:
+            raise ConfigError(str(error).replace("chunking.", f"{path}.", 1)) from None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The config as plain data, in the shape :meth:`from_dict` reads."""
+        data: dict[str, Any] = {key: getattr(self, key) for key in _COMMON_KEYS}
+        data[self.strategy] = dataclasses.asdict(self.params)
+        return data
+
+    def fingerprint(self) -> str:
+        """A stable JSON text of everything that decides the chunks (for caching and manifests)."""
+        data = self.to_dict()
+        data.pop("tokenizer_file")  # where the file lives does not change the tokens: its sha256 is checked
+        return json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
+
+
+@dataclass(frozen=True)
+class _CommonSettings:
+    strategy: str = ChunkConfig.strategy
+    max_tokens: int = ChunkConfig.max_tokens
+    overlap_tokens: int = ChunkConfig.overlap_tokens
+    tokenizer: str = ChunkConfig.tokenizer
+    tokenizer_file: str | None = None
+
+
+def load_chunk_config(
+    config_file: str | os.PathLike[str] | None = None,
+    overrides: Iterable[str] = (),
+    environ: Mapping[str, str] | None = None,
+) -> ChunkConfig:
+    """The ``chunking`` settings from defaults, ``config_file``, the environment and ``overrides``.
+
+    ``overrides`` are ``key=value`` strings; a key without a section (``max_tokens=256``) is a
+    ``chunking`` key. ``environ`` defaults to ``os.environ``.
+    """
+    data: dict[str, Any] = {}
+    if config_file is not None:
+        file_data = read_yaml_mapping(config_file)
+        unknown = sorted(set(file_data) - _SECTIONS)
+        if unknown:
+            raise ConfigError(f"{config_file}: unknown section {unknown[0]!r}")
+        data = dict(file_data.get("chunking") or {})
+    environment = os.environ if environ is None else environ
+    data = deep_merge(data, env_overrides(environment, {CHUNK_ENV_PREFIX: "chunking"}).get("chunking", {}))
+    assigned = parse_assignments(overrides, default_section="chunking")
+    unknown = sorted(set(assigned) - _SECTIONS)
+    if unknown:
+        raise ConfigError(f"unknown section {unknown[0]!r} in --set; sections: {', '.join(sorted(_SECTIONS))}")
+    data = deep_merge(data, assigned.get("chunking", {}))
+    return ChunkConfig.from_dict(data)

@@ -1,0 +1,148 @@
+"""The open registry of chunking strategies.
+
+A strategy is a function ``(document, config, counter) -> list[ChunkSpan]`` with a frozen dataclass of its
+own parameters. Register one in code::
+
+    from dataclasses import dataclass
+    from chunkline import register_strategy
+
+    @dataclass(frozen=True)
+    class ParagraphParams:
+        keep_headings: bool = True
+
+    @register_strategy("my-paragraphs", ParagraphParams, description="One chunk per paragraph.")
+    def paragraphs(document, config, counter):
+        ...
+
+or from a package, through the entry-point group ``chunkline.strategies`` whose entries point at a
+:class:`Strategy` object (or at a module that registers its strategies when imported). Names are unique: a
+second registration of a name is refused. Entry points are loaded the first time a strategy is looked up.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import metadata
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from chunkline.record import ChunkSpan
+    from chunkline.structure import MarkdownDocument
+    from chunkline.tokenizers import TokenCounter
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "Strategy",
+    "StrategyError",
+    "available_strategies",
+    "get_strategy",
+    "register_strategy",
+]
+
+ENTRY_POINT_GROUP = "chunkline.strategies"
+
+ChunkFunction = Callable[["MarkdownDocument", Any, "TokenCounter"], "list[ChunkSpan]"]
+
+
+class StrategyError(ValueError):
+    """A strategy name is unknown, or clashes with one already registered."""
+
+
+@dataclass(frozen=True)
+class NoParams:
+    """For strategies without parameters of their own."""
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """A registered chunking strategy."""
+
+    name: str
+    params_type: type
+    """Frozen dataclass of the strategy's own parameters (the ``chunking.<name>`` config section)."""
+    chunk: ChunkFunction
+    description: str = ""
+
+    def parameters(self) -> list[tuple[str, str, Any]]:
+        """(name, type, default) of each parameter, for ``chunkline strategies``."""
+        rows = []
+        for field in dataclasses.fields(self.params_type):
+            default = field.default
+            if default is dataclasses.MISSING and field.default_factory is not dataclasses.MISSING:
+                default = field.default_factory()
+            type_name = field.type if isinstance(field.type, str) else getattr(field.type, "__name__", str(field.type))
+            rows.append((field.name, type_name, default))
+        return rows
+
+
+_registry: dict[str, Strategy] = {}
+_lock = threading.RLock()
+_entry_points_loaded = False
+
+
+def _add(strategy: Strategy) -> Strategy:
+    if not dataclasses.is_dataclass(strategy.params_type):
+        raise StrategyError(f"strategy {strategy.name!r}: params_type must be a dataclass")
+    with _lock:
+        existing = _registry.get(strategy.name)
+        if existing is not None and existing.chunk is not strategy.chunk:
+            raise StrategyError(
+                f"a strategy named {strategy.name!r} is already registered "
+                f"({existing.chunk.__module__}.{existing.chunk.__qualname__}); choose another name"
+            )
+        _registry[strategy.name] = strategy
+    return strategy
+
+
+def register_strategy(
+    name: str, params_type: type = NoParams, *, description: str = ""
+) -> Callable[[ChunkFunction], ChunkFunction]:
+    """Decorator that registers a chunk function under ``name`` with its parameter dataclass."""
+
+    def decorate(function: ChunkFunction) -> ChunkFunction:
+        _add(Strategy(name, params_type, function, description or (function.__doc__ or "").strip()))
+        return function
+
+    return decorate
+
+
+def _load_entry_points() -> None:
+    global _entry_points_loaded
+    with _lock:
+        if _entry_points_loaded:
+            return
+        _entry_points_loaded = True
+        for entry_point in metadata.entry_points(group=ENTRY_POINT_GROUP):
+            loaded = entry_point.load()
+            if isinstance(loaded, Strategy):
+                if loaded.name != entry_point.name:
+                    raise StrategyError(
+                        f"entry point {entry_point.name!r} in {ENTRY_POINT_GROUP} names strategy {loaded.name!r}"
+                    )
+                _add(loaded)
+
+
+def _load_builtins() -> None:
+    import chunkline.strategies  # noqa: F401  (registers the built-in strategies)
+
+
+def get_strategy(name: str) -> Strategy:
+    """The strategy registered as ``name``; an unknown name's error lists the available ones."""
+    _load_builtins()
+    strategy = _registry.get(name)
+    if strategy is None:
+        _load_entry_points()
+        strategy = _registry.get(name)
+    if strategy is None:
+        raise StrategyError(f"unknown strategy {name!r}; available: {', '.join(available_strategies())}")
+    return strategy
+
+
+def available_strategies() -> list[str]:
+    """Names of every registered strategy, built-in and from entry points."""
+    _load_builtins()
+    _load_entry_points()
+    return sorted(_registry)

@@ -1,0 +1,323 @@
+"""Splitting a range of text that is over the token limit into pieces that fit, at the best boundaries.
+
+The splitter cuts where the text's own structure allows, trying boundary levels from the strongest down:
+
+``BLOCK`` (between markdown blocks) > ``LINE`` > ``SENTENCE`` > ``WORD`` > ``TOKEN`` > ``CHARACTER``.
+
+For each piece it takes the strongest level whose furthest fitting boundary still fills at least half of
+the token budget, so a small paragraph in front of a long one does not become a chunk of its own, and falls
+to a weaker level only when the strong ones would leave most of the budget unused. Positions strictly inside
+a protected block (fenced or indented code, table, list item, HTML block) that fits within the limit are
+never boundaries, so such a block always lands whole in one piece. Words are cut only when one word is
+longer than the budget, and a character only when one character encodes to more tokens than the budget.
+
+Every piece's token count is verified with the real tokenizer; the overlap between consecutive pieces
+(``overlap_tokens``) starts at a boundary too and never exceeds its budget.
+
+:func:`split_token_windows` is mdvdb's plain sliding window over token ids, kept as an option; its windows
+are snapped to character boundaries so that chunk text is still a verbatim slice of the document.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from bisect import bisect_left, bisect_right
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from chunkline.structure import PROTECTED_KINDS, Block
+from chunkline.text_index import TextIndex
+from chunkline.token_offsets import TokenOffsets
+from chunkline.tokenizers import TokenCounter
+
+__all__ = ["BoundaryLevel", "Piece", "split_at_boundaries", "split_token_windows"]
+
+
+class BoundaryLevel(enum.IntEnum):
+    """Where a cut may fall, strongest first."""
+
+    BLOCK = 5
+    LINE = 4
+    SENTENCE = 3
+    WORD = 2
+    TOKEN = 1
+    CHARACTER = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """A half-open character range and its exact token count."""
+
+    start_char: int
+    end_char: int
+    token_count: int
+
+
+# A sentence ends at ., ! or ? (or their CJK forms), optionally followed by closing quotes or brackets;
+# the boundary is after the whitespace that follows, so the next piece starts with the next sentence.
+_SENTENCE_END = re.compile(r"(?<=[.!?])[\"'\u2019\u201d)\]]*[ \t]+|[\u3002\uff01\uff1f][\"'\u2019\u201d)\]]*\s*")
+_WHITESPACE_RUN = re.compile(r"\s+")
+# Fraction of the budget a piece must reach before the splitter prefers a weaker boundary to fill it.
+_MIN_FILL = 0.5
+# How far a range's own tokenization can be off from a slice's, in tokens (pieces differ only at the edges).
+_ESTIMATE_SLACK = 8
+
+
+_OVERLAP_LEVELS = tuple(level for level in BoundaryLevel if level is not BoundaryLevel.CHARACTER)
+
+
+class _RangeSplitter:
+    def __init__(
+        self,
+        text: str,
+        index: TextIndex,
+        start: int,
+        end: int,
+        blocks: Sequence[Block],
+        counter: TokenCounter,
+        max_tokens: int,
+        overlap_tokens: int,
+        offsets: TokenOffsets,
+    ):
+        """``blocks`` are the blocks inside [start, end)."""
+        self.text = text
+        self.index = index
+        self.start = start
+        self.end = end
+        self.counter = counter
+        self.max_tokens = max_tokens
+        self.overlap_tokens = overlap_tokens
+        self.tokens = offsets
+        inside = blocks
+        self.block_boundaries = sorted(
+            {position for block in inside for position in (block.start_char, block.end_char)}
+            - {start, end}
+        )
+        self.forbidden_starts, self.forbidden_ends = self._protected_ranges(inside)
+
+    def _protected_ranges(self, blocks: Sequence[Block]) -> tuple[list[int], list[int]]:
+        """Merged open intervals (start, end) strictly inside which no cut may fall."""
+        fitting: list[tuple[int, int]] = []
+        for block in blocks:
+            if block.kind not in PROTECTED_KINDS or block.end_char - block.start_char < 2:
+                continue
+            estimate = self.tokens.estimate(block.start_char, block.end_char)
+            if estimate > self.max_tokens + _ESTIMATE_SLACK:
+                continue
+            # Far from the limit the estimate decides; near it, the block's own exact count does.
+            if estimate <= self.max_tokens - _ESTIMATE_SLACK or (
+                self.tokens.count(block.start_char, block.end_char) <= self.max_tokens
+            ):
+                fitting.append((block.start_char, block.end_char))
+        fitting.sort()
+        starts: list[int] = []
+        ends: list[int] = []
+        for block_start, block_end in fitting:
+            if starts and block_start < ends[-1]:
+                ends[-1] = max(ends[-1], block_end)
+            else:
+                starts.append(block_start)
+                ends.append(block_end)
+        return starts, ends
+
+    def allowed(self, position: int) -> bool:
+        """False strictly inside a protected block that fits; its two edges are allowed."""
+        slot = bisect_left(self.forbidden_starts, position) - 1
+        return slot < 0 or position >= self.forbidden_ends[slot]
+
+    def candidates(self, level: BoundaryLevel, low: int, high: int) -> list[int]:
+        """Boundaries of ``level`` in the closed interval [low, high], ascending, allowed or not."""
+        if high < low:
+            return []
+        text = self.text
+        if level is BoundaryLevel.BLOCK:
+            positions = self.block_boundaries[
+                bisect_left(self.block_boundaries, low) : bisect_right(self.block_boundaries, high)
+            ]
+        elif level is BoundaryLevel.LINE:
+            line_starts = self.index.line_starts
+            positions = line_starts[bisect_left(line_starts, low) : bisect_right(line_starts, high)]
+        elif level is BoundaryLevel.SENTENCE:
+            positions = [match.end() for match in _SENTENCE_END.finditer(text, max(low - 4, 0), high)]
+            positions = [position for position in positions if low <= position <= high]
+        elif level is BoundaryLevel.WORD:
+            positions = [match.end() for match in _WHITESPACE_RUN.finditer(text, max(low - 1, 0), high)]
+            positions = [position for position in positions if low <= position <= high]
+        elif level is BoundaryLevel.TOKEN:
+            ends = self.tokens.aligned_end_chars
+            positions = ends[bisect_left(ends, low) : bisect_right(ends, high)]
+        else:
+            positions = list(range(low, high + 1))
+        return positions
+
+    def last_allowed(self, level: BoundaryLevel, low: int, high: int) -> int | None:
+        allowed = self.allowed
+        return next((p for p in reversed(self.candidates(level, low, high)) if allowed(p)), None)
+
+    def count(self, start: int, end: int) -> int:
+        return self.tokens.count(start, end)
+
+    def best_end(self, start: int, limit: int) -> int | None:
+        """The cut after ``start`` and at most at ``limit``: strongest level that fills the budget."""
+        fallback: int | None = None
+        for level in BoundaryLevel:
+            if level is BoundaryLevel.CHARACTER:
+                found = limit if self.allowed(limit) else None
+            else:
+                found = self.last_allowed(level, start + 1, limit)
+            if found is None:
+                continue
+            if self.tokens.estimate(start, found) >= self.max_tokens * _MIN_FILL:
+                return found
+            if fallback is None or found > fallback:
+                fallback = found
+        return fallback
+
+    def piece_from(self, start: int) -> Piece:
+        """The longest well-cut piece starting at ``start`` that fits the budget."""
+        if self.tokens.estimate(start, self.end) <= self.max_tokens + 4:
+            count = self.count(start, self.end)
+            if count <= self.max_tokens:
+                return Piece(start, self.end, count)
+        limit = min(self.tokens.char_after_tokens(start, self.max_tokens + _ESTIMATE_SLACK), self.end)
+        slot = bisect_right(self.forbidden_starts, start) - 1
+        if slot >= 0 and self.forbidden_starts[slot] == start and limit < self.forbidden_ends[slot]:
+            # A protected block that fits starts here: its end is always a valid cut.
+            limit = self.forbidden_ends[slot]
+        while True:
+            end = self.best_end(start, limit) if limit > start else None
+            if end is None:
+                # Nothing fits: the budget is smaller than the first character's tokens.
+                end = start + 1
+                return Piece(start, end, self.count(start, end))
+            count = self.count(start, end)
+            if count <= self.max_tokens:
+                return Piece(start, end, count)
+            limit = end - 1
+
+    def overlap_start(self, piece: Piece) -> int:
+        """Where the next piece starts: about ``overlap_tokens`` before the end of ``piece``, at a boundary.
+
+        The overlap is sized with the range's tokenization, which can differ from the slice's own count by
+        a token at its edges; only the pieces themselves are held to the exact limit."""
+        if self.overlap_tokens <= 0:
+            return piece.end_char
+        earliest = self.tokens.char_before_tokens(piece.end_char, self.overlap_tokens)
+        low = max(earliest, piece.start_char + 1)
+        high = piece.end_char - 1
+        chosen: int | None = None
+        estimate = self.tokens.estimate
+        for level in _OVERLAP_LEVELS:
+            first = next(
+                (
+                    position
+                    for position in self.candidates(level, low, high)
+                    if estimate(position, piece.end_char) <= self.overlap_tokens and self.allowed(position)
+                ),
+                None,
+            )
+            if first is None:
+                continue
+            if estimate(first, piece.end_char) >= self.overlap_tokens * _MIN_FILL:
+                return first
+            if chosen is None or first < chosen:
+                chosen = first
+        return piece.end_char if chosen is None else chosen
+
+    def split(self) -> list[Piece]:
+        pieces: list[Piece] = []
+        start = self.start
+        while start < self.end:
+            piece = self.piece_from(start)
+            if pieces and piece.end_char <= pieces[-1].end_char:
+                # The overlap left no room to go further (e.g. a protected block follows): drop the overlap.
+                start = pieces[-1].end_char
+                piece = self.piece_from(start)
+            pieces.append(piece)
+            if piece.end_char >= self.end:
+                break
+            start = self.overlap_start(piece)
+        return pieces
+
+
+def split_at_boundaries(
+    text: str,
+    index: TextIndex,
+    start: int,
+    end: int,
+    blocks: Sequence[Block],
+    counter: TokenCounter,
+    max_tokens: int,
+    overlap_tokens: int,
+    offsets: TokenOffsets | None = None,
+) -> list[Piece]:
+    """Split ``text[start:end]`` into pieces of at most ``max_tokens`` tokens cut at the best boundaries,
+    consecutive pieces sharing up to ``overlap_tokens`` tokens. The pieces cover the range without gaps.
+
+    ``blocks`` are the blocks that lie inside the range; ``offsets``, token offsets of a range that holds
+    this one (the whole document's, say) when the caller has them already."""
+    if start >= end:
+        return [Piece(start, end, 0)]
+    if offsets is None or not offsets.start <= start <= end <= offsets.end:
+        offsets = TokenOffsets(text, start, end, counter)
+    splitter = _RangeSplitter(text, index, start, end, blocks, counter, max_tokens, overlap_tokens, offsets)
+    return splitter.split()
+
+
+def split_token_windows(
+    text: str,
+    start: int,
+    end: int,
+    counter: TokenCounter,
+    max_tokens: int,
+    overlap_tokens: int,
+    offsets: TokenOffsets | None = None,
+) -> list[Piece]:
+    """mdvdb's sliding window: ``max_tokens`` token windows advancing by ``max_tokens - overlap_tokens``.
+
+    A window edge inside a multi-byte character moves back to that character's start, and a window whose
+    verbatim text re-encodes to more than ``max_tokens`` tokens is shortened token by token until it fits;
+    a window never starts after the previous one ended, so the windows cover the range without gaps.
+    """
+    if start >= end:
+        return [Piece(start, end, 0)]
+    if offsets is None or not offsets.start <= start <= end <= offsets.end:
+        offsets = TokenOffsets(text, start, end, counter)
+    aligned = offsets.aligned_end_chars  # ascending character offsets of char-aligned token ends
+    all_ends = offsets.token_end_chars
+    # The range's tokens: those ending after start, up to the one that ends at or after end.
+    token_ends = all_ends[bisect_right(all_ends, start) : bisect_left(all_ends, end) + 1]
+    token_total = len(token_ends)
+    stride = max_tokens - overlap_tokens
+
+    def aligned_at_or_before(position: int) -> int:
+        slot = bisect_right(aligned, position) - 1
+        return min(max(aligned[slot], start), end) if slot >= 0 else start
+
+    pieces: list[Piece] = []
+    first_token = 0
+    previous_end = start
+    while previous_end < end:
+        if first_token == 0:
+            window_start = start
+        else:
+            window_start = min(aligned_at_or_before(token_ends[min(first_token, token_total) - 1]), previous_end)
+        last_token = first_token + max_tokens
+        window_end = end if last_token >= token_total else aligned_at_or_before(token_ends[last_token - 1])
+        if window_end <= previous_end:
+            window_end = min(_next_aligned(aligned, previous_end, end), end)
+        count = offsets.count(window_start, window_end)
+        while count > max_tokens and window_end > previous_end + 1:
+            shorter = aligned_at_or_before(window_end - 1)
+            window_end = shorter if shorter > previous_end else previous_end + 1
+            count = offsets.count(window_start, window_end)
+        pieces.append(Piece(window_start, window_end, count))
+        previous_end = window_end
+        first_token += stride
+    return pieces
+
+
+def _next_aligned(aligned: list[int], position: int, end: int) -> int:
+    slot = bisect_right(aligned, position)
+    return aligned[slot] if slot < len(aligned) else end

@@ -1,0 +1,347 @@
+"""Markdown structure from a CommonMark parse, with exact character ranges into the text the user gave.
+
+markdown-it-py (CommonMark plus GFM tables) finds the blocks. Its ``normalize`` rule rewrites ``\\r\\n``,
+``\\r`` and NUL before parsing, and its token ``map`` counts the normalized text's lines; both rewrites keep
+the number of lines, so a block's range is recovered exactly by looking its lines up in a
+:class:`~chunkline.text_index.TextIndex` of the original text. A block's range therefore spans whole lines,
+from the start of its first line to the start of the line after its last one (line break included).
+
+Front matter (YAML between ``---`` lines, TOML between ``+++`` lines, at the very start of the document,
+after an optional byte order mark) is recognized here, parsed with safe loaders only, and hidden from the
+markdown parser so that nothing in it becomes a heading. Its characters stay in the document: chunks and
+reconstruction still cover them.
+"""
+
+from __future__ import annotations
+
+import functools
+from bisect import bisect_left
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from markdown_it import MarkdownIt
+from markdown_it.token import Token
+
+from chunkline.text_index import TextIndex
+
+__all__ = [
+    "Block",
+    "BlockKind",
+    "FrontMatter",
+    "MarkdownDocument",
+    "Section",
+    "parse_markdown",
+    "PROTECTED_KINDS",
+]
+
+
+class BlockKind:
+    """Names of the block kinds chunkline reports (markdown-it token types, without ``_open``)."""
+
+    HEADING = "heading"
+    PARAGRAPH = "paragraph"
+    FENCE = "fence"
+    CODE_BLOCK = "code_block"
+    TABLE = "table"
+    BULLET_LIST = "bullet_list"
+    ORDERED_LIST = "ordered_list"
+    LIST_ITEM = "list_item"
+    BLOCKQUOTE = "blockquote"
+    HTML_BLOCK = "html_block"
+    THEMATIC_BREAK = "hr"
+    FRONT_MATTER = "front_matter"
+
+
+#: Blocks that are never split when they fit within the token limit on their own.
+PROTECTED_KINDS = frozenset(
+    {BlockKind.FENCE, BlockKind.CODE_BLOCK, BlockKind.TABLE, BlockKind.LIST_ITEM, BlockKind.HTML_BLOCK}
+)
+
+_BLOCK_TOKEN_KINDS = {
+    "heading_open": BlockKind.HEADING,
+    "paragraph_open": BlockKind.PARAGRAPH,
+    "fence": BlockKind.FENCE,
+    "code_block": BlockKind.CODE_BLOCK,
+    "table_open": BlockKind.TABLE,
+    "bullet_list_open": BlockKind.BULLET_LIST,
+    "ordered_list_open": BlockKind.ORDERED_LIST,
+    "list_item_open": BlockKind.LIST_ITEM,
+    "blockquote_open": BlockKind.BLOCKQUOTE,
+    "html_block": BlockKind.HTML_BLOCK,
+    "hr": BlockKind.THEMATIC_BREAK,
+}
+
+
+class Block(NamedTuple):
+    """One markdown block with its exact character range in the document."""
+
+    kind: str
+    """One of the :class:`BlockKind` names."""
+    start_char: int
+    """Offset of the first character of the block's first line."""
+    end_char: int
+    """Offset just past the block's last line, its line break included (half-open)."""
+    depth: int
+    """Nesting depth (markdown-it's token level): 0 for a block directly in the document, 1 for a list's
+    items or a quote's children, 2 for the paragraphs of those items, and so on."""
+    heading_level: int = 0
+    """1..6 for headings, 0 for every other kind."""
+    heading_text: str = ""
+    """A heading's plain text (inline markup removed); empty for other kinds."""
+
+
+@dataclass(frozen=True, slots=True)
+class FrontMatter:
+    """Front matter at the start of a document."""
+
+    format: str
+    """``"yaml"`` or ``"toml"``."""
+    start_char: int
+    end_char: int
+    data: dict[str, Any] | None
+    """The parsed mapping, or ``None`` when it could not be parsed safely (see ``error``)."""
+    error: str | None = None
+    """Why the front matter could not be parsed; ``None`` when it was."""
+
+
+@dataclass(frozen=True, slots=True)
+class Section:
+    """A heading's section, from the heading to the next document-level heading of any level."""
+
+    index: int
+    heading: str | None
+    """The heading's text; ``None`` for the preamble before the first heading."""
+    level: int
+    """1..6, or 0 for the preamble."""
+    start_char: int
+    end_char: int
+    parent: int | None
+    """Index of the nearest earlier section with a lower level, or ``None``."""
+
+
+class MarkdownDocument:
+    """A parsed markdown document: its text, line index, headings, front matter, sections and blocks.
+
+    ``blocks`` is built from the parser's tokens on first use: strategies that only need headings never
+    pay for it.
+    """
+
+    __slots__ = ("text", "index", "headings", "front_matter", "sections", "_tokens", "_block_tokens", "_blocks")
+
+    def __init__(
+        self,
+        text: str,
+        index: TextIndex,
+        headings: tuple[Block, ...],
+        front_matter: FrontMatter | None,
+        tokens: list[Token],
+    ):
+        self.text = text
+        self.index = index
+        self.headings = headings
+        """Document-level headings (depth 0) in order; headings in quotes and list items are content."""
+        self.front_matter = front_matter
+        self.sections: tuple[Section, ...] = detect_sections(text, headings)
+        """The preamble (if any) and one section per document-level heading."""
+        self._tokens = tokens
+        self._block_tokens: tuple[list[int], list[int]] | None = None
+        self._blocks: tuple[Block, ...] | None = None
+
+    @property
+    def blocks(self) -> tuple[Block, ...]:
+        """Every block in document order (parents before their children), front matter first."""
+        if self._blocks is None:
+            self._blocks = tuple(self.blocks_within(0, len(self.text)))
+        return self._blocks
+
+    def blocks_within(self, start_char: int, end_char: int) -> list[Block]:
+        """The blocks that lie inside ``[start_char, end_char)``, in document order.
+
+        Built from the parser's tokens for just that range, so a strategy that looks at a few long sections
+        does not pay for the blocks of the whole document."""
+        if self._blocks is not None:
+            return [block for block in self._blocks if start_char <= block.start_char and block.end_char <= end_char]
+        if self._block_tokens is None:
+            kinds = _BLOCK_TOKEN_KINDS
+            positions = [
+                position
+                for position, token in enumerate(self._tokens)
+                if token.map is not None and token.type in kinds
+            ]
+            self._block_tokens = (positions, [self._tokens[position].map[0] for position in positions])
+        positions, start_lines = self._block_tokens
+        index = self.index
+        first_line = index.line_of(start_char)
+        blocks: list[Block] = []
+        front_matter = self.front_matter
+        if front_matter is not None and start_char == 0 and front_matter.end_char <= end_char:
+            blocks.append(Block(BlockKind.FRONT_MATTER, 0, front_matter.end_char, 0))
+        line_starts = index.line_starts
+        line_count = len(line_starts)
+        text_length = len(self.text)
+        tokens = self._tokens
+        kinds = _BLOCK_TOKEN_KINDS
+        for slot in range(bisect_left(start_lines, first_line), len(positions)):
+            position = positions[slot]
+            token = tokens[position]
+            start_line, end_line = token.map
+            block_start = line_starts[start_line] if start_line < line_count else text_length
+            if block_start >= end_char:
+                break
+            if block_start < start_char:
+                continue
+            block_end = line_starts[end_line] if end_line < line_count else text_length
+            if block_end > end_char:
+                continue
+            kind = kinds[token.type]
+            if kind == BlockKind.HEADING:
+                blocks.append(
+                    Block(kind, block_start, block_end, token.level, int(token.tag[1]), heading_plain_text(tokens[position + 1].content))
+                )
+            else:
+                blocks.append(Block(kind, block_start, block_end, token.level))
+        return blocks
+
+    @property
+    def title(self) -> str | None:
+        """The front matter's ``title`` if it has one, else the first level-1 heading, else ``None``."""
+        if self.front_matter and isinstance(self.front_matter.data, dict):
+            title = self.front_matter.data.get("title")
+            if isinstance(title, str) and title.strip():
+                return title.strip()
+        for heading in self.headings:
+            if heading.heading_level == 1:
+                return heading.heading_text
+        return None
+
+
+@functools.lru_cache(maxsize=1)
+def _block_parser() -> MarkdownIt:
+    parser = MarkdownIt("commonmark", {"maxNesting": 100}).enable("table")
+    # Only block structure is needed; inline parsing of every paragraph would double the parse time.
+    parser.core.ruler.disable(["inline", "text_join"])
+    return parser
+
+
+@functools.lru_cache(maxsize=1)
+def _inline_parser() -> MarkdownIt:
+    return MarkdownIt("commonmark")
+
+
+_INLINE_MARKUP = frozenset("*_`[]<>!\\&~")
+
+
+@functools.lru_cache(maxsize=4096)
+def heading_plain_text(source: str) -> str:
+    """Plain text of a heading's inline markdown: emphasis, links and code marks removed."""
+    if _INLINE_MARKUP.isdisjoint(source):
+        return " ".join(source.split())
+    parts: list[str] = []
+    for token in _inline_parser().parseInline(source):
+        for child in token.children or ():
+            if child.type in ("text", "code_inline"):
+                parts.append(child.content)
+            elif child.type in ("softbreak", "hardbreak"):
+                parts.append(" ")
+            elif child.type == "image":
+                parts.extend(grandchild.content for grandchild in child.children or ())
+    return " ".join("".join(parts).split())
+
+
+_FRONT_MATTER_FENCES = {"---": ("yaml", ("---", "...")), "+++": ("toml", ("+++",))}
+
+
+def _find_front_matter(text: str, index: TextIndex) -> tuple[str, int, int, int] | None:
+    """(format, body start, body end, lines covered) of front matter at the start of ``text``, if any."""
+    offset = 1 if text.startswith("\ufeff") else 0
+    first_line_end = index.line_start(1)
+    opening = text[offset:first_line_end].rstrip("\r\n").rstrip(" \t")
+    if opening not in _FRONT_MATTER_FENCES or first_line_end == len(text) and not text.endswith(("\n", "\r")):
+        return None
+    format_name, closings = _FRONT_MATTER_FENCES[opening]
+    for line in range(1, index.line_count):
+        start = index.line_start(line)
+        end = index.line_start(line + 1)
+        if text[start:end].rstrip("\r\n").rstrip(" \t") in closings:
+            return format_name, first_line_end, start, line + 1
+    return None
+
+
+def _parse_front_matter(format_name: str, body: str) -> tuple[dict[str, Any] | None, str | None]:
+    try:
+        if format_name == "yaml":
+            import yaml
+
+            loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+            data = yaml.load(body, Loader=loader)  # noqa: S506 - a SafeLoader, never the full loader
+            if data is None:
+                data = {}
+        else:
+            try:
+                import tomllib
+            except ModuleNotFoundError:  # Python 3.10
+                import tomli as tomllib
+            data = tomllib.loads(body)
+    except Exception as error:  # any parse failure is reported, never raised: the document still chunks
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        return None, f"{format_name} front matter could not be parsed: {first_line}"
+    if not isinstance(data, dict):
+        return None, f"{format_name} front matter is a {type(data).__name__}, not a mapping"
+    return data, None
+
+
+def parse_markdown(text: str) -> MarkdownDocument:
+    """Parse ``text`` into a :class:`MarkdownDocument` with exact block ranges."""
+    index = TextIndex(text)
+    front_matter = None
+    parser_source = text
+    found = _find_front_matter(text, index)
+    if found is not None:
+        format_name, body_start, body_end, lines_covered = found
+        data, error = _parse_front_matter(format_name, text[body_start:body_end])
+        end_char = index.line_start(lines_covered)
+        front_matter = FrontMatter(format_name, 0, end_char, data, error)
+        # Blank lines keep markdown-it's line numbers aligned with the original text.
+        parser_source = "\n" * lines_covered + text[end_char:]
+    elif text.startswith("\ufeff"):
+        # A byte order mark is not part of the first line's markdown; dropping it keeps line numbers.
+        parser_source = text[1:]
+
+    tokens = _block_parser().parse(parser_source)
+    line_start = index.line_start
+    headings = tuple(
+        Block(
+            BlockKind.HEADING,
+            line_start(token.map[0]),
+            line_start(token.map[1]),
+            0,
+            int(token.tag[1]),
+            heading_plain_text(tokens[position + 1].content),
+        )
+        for position, token in enumerate(tokens)
+        if token.type == "heading_open" and token.level == 0 and token.map is not None
+    )
+    return MarkdownDocument(text, index, headings, front_matter, tokens)
+
+
+def detect_sections(text: str, headings: tuple[Block, ...]) -> tuple[Section, ...]:
+    """The document's sections: a preamble (when text other than whitespace precedes the first heading),
+    then one per document-level heading, each running to the next heading of any level."""
+    starts = [[block.start_char, block.heading_level, block.heading_text] for block in headings]
+    sections: list[Section] = []
+    first_start = starts[0][0] if starts else len(text)
+    if not starts or text[:first_start].strip():
+        sections.append(Section(0, None, 0, 0, first_start, None))
+    else:
+        # Whitespace before the first heading belongs to the first heading's section.
+        starts[0][0] = 0
+    open_levels: list[tuple[int, int]] = []  # (level, section index) of the enclosing sections
+    for number, (start, level, heading) in enumerate(starts):
+        end = starts[number + 1][0] if number + 1 < len(starts) else len(text)
+        while open_levels and open_levels[-1][0] >= level:
+            open_levels.pop()
+        parent = open_levels[-1][1] if open_levels else None
+        section_index = len(sections)
+        sections.append(Section(section_index, heading, level, start, end, parent))
+        open_levels.append((level, section_index))
+    return tuple(sections)

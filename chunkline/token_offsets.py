@@ -1,0 +1,217 @@
+"""Where the tokens of a text end, and exact token counts of slices without encoding them again.
+
+A :class:`TokenOffsets` encodes a range of the document once and records the character offset at which
+each token ends. From it, a slice's token count can be estimated anywhere, and is *exact* between two
+positions that are "clean cuts" for the encoding.
+
+tiktoken first splits text into pieces with a regular expression and then encodes each piece on its own,
+so a slice encodes to exactly the tokens between its ends when both ends are piece boundaries and the
+pieces at its edges come out the same with the slice's own ends. For encodings whose pattern ends a
+whitespace run at its last line break (``\\s*[\\r\\n]``, as in ``cl100k_base`` and ``o200k_base``), a line
+start whose first character is not whitespace is such a position: the run before it ends with the line
+break whether or not the text goes on, and nothing after a line break can join the piece before it. Any
+other position is counted by encoding the slice.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+
+import numpy as np
+
+from chunkline.tokenizers import TokenCounter
+
+__all__ = ["TokenOffsets"]
+
+
+class TokenOffsets:
+    """Token end offsets (in characters) of ``text[start:end]`` from one encoding of that range."""
+
+    __slots__ = (
+        "text",
+        "start",
+        "end",
+        "counter",
+        "_clean_lines",
+        "_end_chars",
+        "_aligned",
+        "_end_chars_list",
+        "_aligned_list",
+    )
+
+    def __init__(self, text: str, start: int, end: int, counter: TokenCounter):
+        self.text = text
+        self.start = start
+        self.end = end
+        self.counter = counter
+        self._clean_lines = bool(getattr(counter, "line_starts_are_clean_cuts", False))
+        segment = text[start:end]
+        byte_ends = np.cumsum(counter.token_byte_lengths(counter.encode_array(segment)), dtype=np.int64)
+        self._end_chars_list: list[int] | None = None
+        self._aligned_list: list[int] | None = None
+        if segment.isascii():
+            self._end_chars = byte_ends + start
+            self._aligned = None  # every token end is a character boundary
+            return
+        raw = np.frombuffer(segment.encode("utf-8", "surrogatepass"), dtype=np.uint8)
+        is_char_start = (raw & 0xC0) != 0x80
+        # chars_before[b] = number of characters that start before byte b.
+        chars_before = np.concatenate(([0], np.cumsum(is_char_start)))
+        self._end_chars = chars_before[byte_ends] + start
+        aligned = np.ones(len(byte_ends), dtype=bool)
+        inside = byte_ends < len(raw)
+        aligned[inside] = is_char_start[byte_ends[inside]]
+        self._aligned = aligned
+
+    @property
+    def token_end_chars(self) -> list[int]:
+        """Character offset where each token ends, ascending (a token ending inside a character maps to
+        the offset after that character's start)."""
+        if self._end_chars_list is None:
+            self._end_chars_list = self._end_chars.tolist()
+        return self._end_chars_list
+
+    @property
+    def aligned_end_chars(self) -> list[int]:
+        """The token ends that fall on character boundaries."""
+        if self._aligned_list is None:
+            if self._aligned is None:
+                self._aligned_list = self.token_end_chars
+            else:
+                self._aligned_list = self._end_chars[self._aligned].tolist()
+        return self._aligned_list
+
+    @property
+    def token_total(self) -> int:
+        return len(self._end_chars)
+
+    def estimate(self, start: int, end: int) -> int:
+        """Approximate token count of ``text[start:end]`` (tokens of the range that overlap the slice)."""
+        if end <= start:
+            return 0
+        return bisect_left(self.token_end_chars, end) - bisect_right(self.token_end_chars, start) + 1
+
+    def char_after_tokens(self, start: int, tokens: int) -> int:
+        """Character offset where roughly ``tokens`` tokens after ``start`` end."""
+        first = bisect_right(self.token_end_chars, start)
+        last = min(first + tokens - 1, len(self.token_end_chars) - 1)
+        return self.token_end_chars[last] if last >= 0 else start
+
+    def char_before_tokens(self, end: int, tokens: int) -> int:
+        """Character offset roughly ``tokens`` tokens before ``end`` (the range start at the most)."""
+        last = bisect_left(self.token_end_chars, end)
+        first = last - tokens
+        return self.token_end_chars[first - 1] if first >= 1 else self.start
+
+    def _is_clean_cut(self, position: int) -> bool:
+        if position == self.start or position == self.end:
+            return True
+        if not self._clean_lines or not self.start < position < self.end:
+            return False
+        text = self.text
+        if text[position - 1] not in "\r\n" or text[position].isspace():
+            return False
+        # It must also be a token end of this range's encoding.
+        ends = self._end_chars
+        slot = int(ends.searchsorted(position))
+        return slot < len(ends) and int(ends[slot]) == position
+
+    def _tokens_before(self, position: int) -> int:
+        if position == self.start:
+            return 0
+        return int(self._end_chars.searchsorted(position, side="right"))
+
+    def _first_clean_cut(self, start: int, end: int) -> int | None:
+        """The first clean cut in [start, end], looking at a bounded number of line starts."""
+        if self._is_clean_cut(start):
+            return start
+        text = self.text
+        position = start
+        for _ in range(_LINES_SEARCHED):
+            newline = _next_line_break(text, position, end)
+            if newline < 0:
+                return None
+            position = newline + 2 if text.startswith("\r\n", newline) else newline + 1
+            if position > end:
+                return None
+            if self._is_clean_cut(position):
+                return position
+        return None
+
+    def _last_clean_cut(self, start: int, end: int) -> int | None:
+        """The last clean cut in [start, end], looking at a bounded number of line starts."""
+        if self._is_clean_cut(end):
+            return end
+        text = self.text
+        position = end
+        for _ in range(_LINES_SEARCHED):
+            newline = max(text.rfind("\n", start, position - 1), text.rfind("\r", start, position - 1))
+            if newline < 0:
+                return None
+            position = newline + 1
+            if position < start:
+                return None
+            if self._is_clean_cut(position):
+                return position
+        return None
+
+    def counts_between(self, cuts: list[int]) -> list[int]:
+        """Exact token counts of ``text[cuts[i]:cuts[i+1]]`` for ascending ``cuts`` inside the range."""
+        if len(cuts) < 2:
+            return []
+        ends = self._end_chars
+        positions = np.asarray(cuts, dtype=np.int64)
+        before = ends.searchsorted(positions, side="right")
+        slots = ends.searchsorted(positions)
+        is_token_end = (slots < len(ends)) & (ends[np.minimum(slots, len(ends) - 1)] == positions)
+        text = self.text
+        clean = [
+            position == self.start
+            or position == self.end
+            or (
+                self._clean_lines
+                and bool(at_token_end)
+                and text[position - 1] in "\r\n"
+                and not text[position].isspace()
+            )
+            for position, at_token_end in zip(cuts, is_token_end.tolist())
+        ]
+        before_list = before.tolist()
+        if cuts[0] == self.start:
+            before_list[0] = 0
+        counts = []
+        for number in range(len(cuts) - 1):
+            if clean[number] and clean[number + 1]:
+                counts.append(before_list[number + 1] - before_list[number])
+            else:
+                counts.append(self.count(cuts[number], cuts[number + 1]))
+        return counts
+
+    def count(self, start: int, end: int) -> int:
+        """Exact token count of ``text[start:end]``.
+
+        Between clean cuts it is read off the offsets; a slice with ragged ends is counted as its encoded
+        first and last partial lines plus the offsets' count between them, since a clean cut is a boundary
+        of every slice that contains it."""
+        if end <= start:
+            return 0
+        first = self._first_clean_cut(start, end)
+        last = self._last_clean_cut(first, end) if first is not None else None
+        if first is None or last is None or last < first:
+            return self.counter.count(self.text[start:end])
+        total = self._tokens_before(last) - self._tokens_before(first)
+        if first > start:
+            total += self.counter.count(self.text[start:first])
+        if last < end:
+            total += self.counter.count(self.text[last:end])
+        return total
+
+
+# A ragged slice end looks this many lines ahead or back for a clean cut before encoding the whole slice.
+_LINES_SEARCHED = 16
+
+
+def _next_line_break(text: str, start: int, end: int) -> int:
+    newline = text.find("\n", start, end)
+    carriage = text.find("\r", start, newline if newline >= 0 else end)
+    return carriage if carriage >= 0 else newline

