@@ -8,7 +8,10 @@ from the start of its first line to the start of the line after its last one (li
 
 Front matter (YAML between ``---`` lines, TOML between ``+++`` lines, at the very start of the document,
 after an optional byte order mark) is recognized here, parsed with safe loaders only, and hidden from the
-markdown parser so that nothing in it becomes a heading. Its characters stay in the document: chunks and
+markdown parser so that nothing in it becomes a heading. A fenced block that loads to something other than
+a mapping (``---`` then prose then ``---``) is markdown, not front matter; one that cannot be loaded at
+all (a syntax error, or a tag such as ``!!python/object`` that safe loading refuses) is front matter with
+an ``error`` and no data. Its characters stay in the document: chunks and
 reconstruction still cover them.
 """
 
@@ -267,7 +270,13 @@ def _find_front_matter(text: str, index: TextIndex) -> tuple[str, int, int, int]
     return None
 
 
+class _NotFrontMatter(Exception):
+    """The fenced block parsed, but not to a mapping: it is markdown (a thematic break and text)."""
+
+
 def _parse_front_matter(format_name: str, body: str) -> tuple[dict[str, Any] | None, str | None]:
+    """(data, None) for a mapping, (None, reason) for a block that looks like front matter but cannot be
+    loaded safely; raises :class:`_NotFrontMatter` when it loads to something other than a mapping."""
     try:
         if format_name == "yaml":
             import yaml
@@ -283,10 +292,10 @@ def _parse_front_matter(format_name: str, body: str) -> tuple[dict[str, Any] | N
                 import tomli as tomllib
             data = tomllib.loads(body)
     except Exception as error:  # any parse failure is reported, never raised: the document still chunks
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        return None, f"{format_name} front matter could not be parsed: {first_line}"
+        message = " ".join(str(error).split()) or type(error).__name__
+        return None, f"{format_name} front matter could not be parsed: {message}"
     if not isinstance(data, dict):
-        return None, f"{format_name} front matter is a {type(data).__name__}, not a mapping"
+        raise _NotFrontMatter
     return data, None
 
 
@@ -298,7 +307,11 @@ def parse_markdown(text: str) -> MarkdownDocument:
     found = _find_front_matter(text, index)
     if found is not None:
         format_name, body_start, body_end, lines_covered = found
-        data, error = _parse_front_matter(format_name, text[body_start:body_end])
+        try:
+            data, error = _parse_front_matter(format_name, text[body_start:body_end])
+        except _NotFrontMatter:
+            found = None
+    if found is not None:
         end_char = index.line_start(lines_covered)
         front_matter = FrontMatter(format_name, 0, end_char, data, error)
         # Blank lines keep markdown-it's line numbers aligned with the original text.

@@ -1,0 +1,192 @@
+"""The ``chunkline`` command line.
+
+``chunkline chunk FILE...``
+    Preview the chunks of markdown files (or every ``.md``/``.markdown`` file under a folder) in the
+    terminal, or as JSON lines with ``--format jsonl``. Runs the engine directly; no Beam.
+``chunkline strategies``
+    List the registered chunking strategies with their parameters and defaults.
+
+Settings come from ``--config FILE`` (its ``chunking`` section), ``CHUNKLINE_CHUNK_*`` environment
+variables and ``--set key=value`` (``--set max_tokens=256`` or ``--set chunking.headings.max_heading_level=2``),
+in that order of precedence, lowest first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import TextIO
+
+from chunkline import __version__
+from chunkline.config import ChunkConfig, ConfigError, load_chunk_config
+from chunkline.engine import chunk_document
+from chunkline.record import Chunk
+from chunkline.registry import available_strategies, get_strategy
+from chunkline.structure import parse_markdown
+from chunkline.tokenizers import TokenizerUnavailableError, get_token_counter
+
+__all__ = ["main", "build_parser"]
+
+MARKDOWN_SUFFIXES = (".md", ".markdown")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="chunkline",
+        description="Markdown chunking for retrieval pipelines: exact positions, heading paths, token-exact limits.",
+    )
+    parser.add_argument("--version", action="version", version=f"chunkline {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    chunk = commands.add_parser(
+        "chunk",
+        help="preview the chunks of markdown files in the terminal (no Beam)",
+        description="Chunk markdown files and show each chunk's index, lines, tokens and heading path.",
+    )
+    chunk.add_argument("paths", nargs="+", metavar="FILE", help="markdown files, or folders to search for *.md")
+    _add_settings_arguments(chunk)
+    chunk.add_argument(
+        "--format",
+        choices=("table", "jsonl"),
+        default="table",
+        help="table: a readable preview (default); jsonl: one JSON object per chunk with every column",
+    )
+    chunk.add_argument(
+        "--preview-chars",
+        type=int,
+        default=60,
+        metavar="N",
+        help="characters of each chunk's text shown in the table (default 60)",
+    )
+    chunk.set_defaults(handler=_chunk_command)
+
+    strategies = commands.add_parser(
+        "strategies",
+        help="list the chunking strategies and their parameters",
+        description="List every registered chunking strategy with its parameters and their defaults.",
+    )
+    strategies.set_defaults(handler=_strategies_command)
+    return parser
+
+
+def _add_settings_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", metavar="FILE", help="YAML config file (see configs/default.yaml)")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override one setting, e.g. --set max_tokens=256 (repeatable)",
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the process exit code."""
+    parser = build_parser()
+    arguments = parser.parse_args(argv)
+    try:
+        return arguments.handler(arguments)
+    except (ConfigError, TokenizerUnavailableError) as error:
+        print(f"chunkline: error: {error}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # `chunkline chunk ... | head`
+        sys.stderr.close()
+        return 0
+
+
+def _markdown_files(paths: Sequence[str]) -> Iterator[tuple[Path, str]]:
+    """(file, doc_id) for each path: a file as given, or every markdown file under a folder."""
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            for file in sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in MARKDOWN_SUFFIXES):
+                yield file, file.relative_to(path).as_posix()
+        else:
+            yield path, path.as_posix()
+
+
+def _chunk_command(arguments: argparse.Namespace) -> int:
+    config = load_chunk_config(arguments.config, arguments.overrides)
+    counter = get_token_counter(config.tokenizer, config.tokenizer_file)
+    out = sys.stdout
+    started = time.perf_counter()
+    files_done = failures = chunk_total = token_total = byte_total = 0
+    for file, doc_id in _markdown_files(arguments.paths):
+        try:
+            data = file.read_bytes()
+            text = data.decode("utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            failures += 1
+            print(f"chunkline: {file}: {_describe_read_error(error)}", file=sys.stderr)
+            continue
+        chunks = chunk_document(parse_markdown(text), config, counter, doc_id=doc_id, source_uri=str(file))
+        files_done += 1
+        chunk_total += len(chunks)
+        token_total += sum(chunk.token_count for chunk in chunks)
+        byte_total += len(data)
+        if arguments.format == "jsonl":
+            for chunk in chunks:
+                out.write(json.dumps(chunk.to_dict(), ensure_ascii=False) + "\n")
+        else:
+            _print_table(out, doc_id, chunks, config, arguments.preview_chars)
+    if files_done == 0 and failures == 0:
+        print("chunkline: no markdown files found in " + ", ".join(arguments.paths), file=sys.stderr)
+        return 1
+    elapsed = time.perf_counter() - started
+    summary = (
+        f"{files_done} file(s), {chunk_total} chunk(s), {token_total} tokens, "
+        f"{byte_total / 1e6:.2f} MB in {elapsed:.2f} s"
+        + (f", {failures} file(s) could not be read" if failures else "")
+    )
+    print(summary, file=sys.stderr if arguments.format == "jsonl" else out)
+    return 1 if failures else 0
+
+
+def _describe_read_error(error: Exception) -> str:
+    if isinstance(error, UnicodeDecodeError):
+        return f"not valid UTF-8 (byte {error.start}: {error.reason}); skipped"
+    return f"cannot be read: {error.strerror or error}" if isinstance(error, OSError) else str(error)
+
+
+def _print_table(out: TextIO, doc_id: str, chunks: list[Chunk], config: ChunkConfig, preview_chars: int) -> None:
+    max_tokens = max((chunk.token_count for chunk in chunks), default=0)
+    out.write(f"== {doc_id}: {len(chunks)} chunk(s), largest {max_tokens} of {config.max_tokens} tokens\n")
+    out.write(f"{'#':>4}  {'lines':>11}  {'tokens':>6}  heading path / text\n")
+    for chunk in chunks:
+        lines = f"{chunk.start_line}-{chunk.end_line}"
+        marker = "*" if chunk.is_sub_split else " "
+        path = " > ".join(chunk.heading_path) or "(preamble)"
+        preview = chunk.text[:preview_chars].encode("unicode_escape").decode("ascii")
+        if len(chunk.text) > preview_chars:
+            preview += "..."
+        out.write(f"{chunk.chunk_index:>4}  {lines:>11}  {chunk.token_count:>6}{marker} {path}\n")
+        out.write(f"{'':>27}{preview}\n")
+    out.write("\n")
+
+
+def _strategies_command(arguments: argparse.Namespace) -> int:
+    out = sys.stdout
+    default = ChunkConfig()
+    out.write(
+        f"Common settings (chunking.*): max_tokens={default.max_tokens}, overlap_tokens={default.overlap_tokens}, "
+        f"tokenizer={default.tokenizer}, tokenizer_file=None\n\n"
+    )
+    for name in available_strategies():
+        strategy = get_strategy(name)
+        marker = " (default)" if name == default.strategy else ""
+        out.write(f"{name}{marker}\n")
+        if strategy.description:
+            out.write(f"    {strategy.description.splitlines()[0]}\n")
+        for parameter, type_name, value in strategy.parameters():
+            out.write(f"    chunking.{name}.{parameter}: {type_name} = {value!r}\n")
+        out.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
