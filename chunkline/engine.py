@@ -67,6 +67,7 @@ def build_chunks(
         position for span in spans for position in (span.start_char, span.end_char)
     )
     section_starts = [section.start_char for section in document.sections]
+    section_paths = document.section_paths
     chunks = []
     for chunk_index, span in enumerate(spans):
         start, end = span.start_char, span.end_char
@@ -77,6 +78,7 @@ def build_chunks(
         end_line, end_column = index.line_column(end - 1) if end > start else (start_line, start_column)
         token_count = span.token_count if span.token_count is not None else counter.count(chunk_text)
         chunk_id = f"{doc_id}#{chunk_index}"
+        section_index = max(bisect_right(section_starts, start) - 1, 0)
         chunks.append(
             Chunk(
                 chunk_id=chunk_id,
@@ -93,8 +95,8 @@ def build_chunks(
                 start_column=start_column,
                 end_line=end_line,
                 end_column=end_column,
-                heading_path=tuple(span.heading_path),
-                section_index=max(bisect_right(section_starts, start) - 1, 0),
+                heading_path=section_paths[section_index] if span.heading_path is None else tuple(span.heading_path),
+                section_index=section_index,
                 token_count=token_count,
                 char_count=end - start,
                 is_sub_split=span.is_sub_split,

@@ -33,7 +33,8 @@ class ChunkSpan:
 
     start_char: int
     end_char: int
-    heading_path: tuple[str, ...] = ()
+    heading_path: tuple[str, ...] | None = None
+    """The headings the span sits under; ``None`` takes the path of the section the span starts in."""
     is_sub_split: bool = False
     token_count: int | None = None
     """The exact token count when the strategy already knows it; counted by the engine otherwise."""

@@ -206,6 +206,15 @@ class MarkdownDocument:
         return blocks
 
     @property
+    def section_paths(self) -> list[tuple[str, ...]]:
+        """Each section's heading path: its ancestors' headings and its own, outermost first."""
+        paths: list[tuple[str, ...]] = []
+        for section in self.sections:
+            parent = paths[section.parent] if section.parent is not None else ()
+            paths.append(parent + (section.heading,) if section.heading is not None else ())
+        return paths
+
+    @property
     def title(self) -> str | None:
         """The front matter's ``title`` if it has one, else the first level-1 heading, else ``None``."""
         if self.front_matter and isinstance(self.front_matter.data, dict):

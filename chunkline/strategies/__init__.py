@@ -1,3 +1,4 @@
-"""The built-in chunking strategies; importing this package registers them."""
+"""The built-in chunking strategies; importing this package registers them (one line per strategy)."""
 
 from chunkline.strategies import headings  # noqa: F401
+from chunkline.strategies import tokens  # noqa: F401

@@ -1,0 +1,123 @@
+"""Packing units (sentences, paragraphs, lines, sections, ...) into chunks within a token budget.
+
+Strategies that split a document into units of their own hand the units to :func:`pack_units`: consecutive
+units are gathered while the chunk stays within ``max_tokens``; the next chunk repeats the last
+``overlap_units`` units of the previous one (LocalVectorDB's overlap, counted in the method's own unit)
+and always adds at least one new unit. A single unit over the budget is split on its own at the best
+boundaries (see :mod:`chunkline.splitting`), so the token limit always holds.
+
+Units must partition the document: each starts where the previous one ends, the first at 0 and the last
+ends at the end of the text (leading or trailing whitespace belongs to a neighbouring unit).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from chunkline.record import ChunkSpan
+from chunkline.splitting import split_at_boundaries
+from chunkline.structure import MarkdownDocument
+from chunkline.token_offsets import TokenOffsets
+from chunkline.tokenizers import TokenCounter
+
+__all__ = ["pack_units", "units_from_cuts"]
+
+logger = logging.getLogger(__name__)
+
+
+def units_from_cuts(cuts: Sequence[int], length: int) -> list[tuple[int, int]]:
+    """Units ``[(0, c1), (c1, c2), ..., (ck, length)]`` from ascending cut positions (duplicates, 0 and
+    ``length`` are ignored)."""
+    points = sorted({cut for cut in cuts if 0 < cut < length})
+    bounds = [0, *points, length]
+    return [(bounds[number], bounds[number + 1]) for number in range(len(bounds) - 1)] or [(0, length)]
+
+
+def pack_units(
+    document: MarkdownDocument,
+    units: Sequence[tuple[int, int]],
+    counter: TokenCounter,
+    max_tokens: int,
+    overlap_units: int = 0,
+    *,
+    unit_name: str = "units",
+    offsets: TokenOffsets | None = None,
+) -> list[ChunkSpan]:
+    """Chunk spans of consecutive ``units`` within ``max_tokens``, overlapping by ``overlap_units`` units."""
+    text = document.text
+    if not text:
+        return [ChunkSpan(0, 0, token_count=0)]
+    if offsets is None:
+        offsets = TokenOffsets(text, 0, len(text), counter)
+    spans: list[ChunkSpan] = []
+    first = 0
+    previous_last = -1  # index of the last unit already emitted
+    repeated_units = emitted_units = 0
+    while first < len(units):
+        start = units[first][0]
+        last = _last_unit_within(offsets, units, first, start, max_tokens)
+        count = offsets.count(start, units[last][1])
+        while count > max_tokens and last > first:
+            last -= 1
+            count = offsets.count(start, units[last][1])
+        # The estimate can undercount by a token or two at the edges: try the units just past it exactly.
+        while count <= max_tokens and last + 1 < len(units):
+            end = units[last + 1][1]
+            if offsets.estimate(start, end) > max_tokens + 2:
+                break
+            next_count = offsets.count(start, end)
+            if next_count > max_tokens:
+                break
+            last += 1
+            count = next_count
+        if count > max_tokens:
+            # One unit alone is over the budget: split it at its own best boundaries.
+            unit_start, unit_end = units[first]
+            pieces = split_at_boundaries(
+                text,
+                document.index,
+                unit_start,
+                unit_end,
+                document.blocks_within(unit_start, unit_end),
+                counter,
+                max_tokens,
+                0,
+                offsets,
+            )
+            spans.extend(ChunkSpan(p.start_char, p.end_char, None, True, p.token_count) for p in pieces)
+            last = first
+        else:
+            spans.append(ChunkSpan(start, units[last][1], None, False, count))
+        emitted_units += last - first + 1
+        repeated_units += max(0, previous_last - first + 1)
+        previous_last = last
+        if last + 1 >= len(units):
+            break
+        # The next chunk repeats up to overlap_units units, but always moves past this chunk's first unit.
+        first = max(last + 1 - overlap_units, first + 1)
+    if overlap_units and emitted_units and repeated_units * 2 > emitted_units:
+        logger.warning(
+            "overlap of %d %s re-emits %.0f%% of the units in every chunk: overlap is counted in %s, not "
+            "tokens; a value of 1-3 is typical",
+            overlap_units,
+            unit_name,
+            100 * repeated_units / emitted_units,
+            unit_name,
+        )
+    return spans
+
+
+def _last_unit_within(
+    offsets: TokenOffsets, units: Sequence[tuple[int, int]], first: int, start: int, max_tokens: int
+) -> int:
+    """The last unit index whose end keeps the estimated count from ``start`` within ``max_tokens``
+    (``first`` at least): a binary search, as the estimate grows with the end."""
+    low, high = first, len(units) - 1
+    while low < high:
+        middle = (low + high + 1) // 2
+        if offsets.estimate(start, units[middle][1]) <= max_tokens:
+            low = middle
+        else:
+            high = middle - 1
+    return low
