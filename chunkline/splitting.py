@@ -89,27 +89,40 @@ class _RangeSplitter:
         self.max_tokens = max_tokens
         self.overlap_tokens = overlap_tokens
         self.tokens = offsets
-        inside = blocks
+        fitting = self._fitting_protected_blocks(blocks)
+        # A fitting block's content end (before its trailing line break) is a cut too: a block of exactly
+        # max_tokens tokens fits there, though not with its line break.
         self.block_boundaries = sorted(
-            {position for block in inside for position in (block.start_char, block.end_char)}
+            {position for block in blocks for position in (block.start_char, block.end_char)}.union(
+                content_end for _, content_end in fitting
+            )
             - {start, end}
         )
-        self.forbidden_starts, self.forbidden_ends = self._protected_ranges(inside)
+        self.forbidden_starts, self.forbidden_ends = self._merged(fitting)
 
-    def _protected_ranges(self, blocks: Sequence[Block]) -> tuple[list[int], list[int]]:
-        """Merged open intervals (start, end) strictly inside which no cut may fall."""
+    def _fitting_protected_blocks(self, blocks: Sequence[Block]) -> list[tuple[int, int]]:
+        """(start, content end) of each protected block whose content, trailing whitespace excluded, fits."""
         fitting: list[tuple[int, int]] = []
+        text = self.text
         for block in blocks:
-            if block.kind not in PROTECTED_KINDS or block.end_char - block.start_char < 2:
+            if block.kind not in PROTECTED_KINDS:
                 continue
             estimate = self.tokens.estimate(block.start_char, block.end_char)
             if estimate > self.max_tokens + _ESTIMATE_SLACK:
                 continue
+            content_end = block.start_char + len(text[block.start_char : block.end_char].rstrip())
+            if content_end - block.start_char < 2:
+                continue
             # Far from the limit the estimate decides; near it, the block's own exact count does.
             if estimate <= self.max_tokens - _ESTIMATE_SLACK or (
-                self.tokens.count(block.start_char, block.end_char) <= self.max_tokens
+                self.tokens.count(block.start_char, content_end) <= self.max_tokens
             ):
-                fitting.append((block.start_char, block.end_char))
+                fitting.append((block.start_char, content_end))
+        return fitting
+
+    @staticmethod
+    def _merged(fitting: list[tuple[int, int]]) -> tuple[list[int], list[int]]:
+        """Merged open intervals (start, end) strictly inside which no cut may fall."""
         fitting.sort()
         starts: list[int] = []
         ends: list[int] = []

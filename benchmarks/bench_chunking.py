@@ -1,0 +1,734 @@
+"""Chunking benchmark: chunkline's speed and output quality next to a floor and semantic-text-splitter.
+
+Usage::
+
+    python benchmarks/bench_chunking.py [FOLDER ...] [--max-tokens 512] [--overlap-tokens 50]
+                                        [--runs 5] [--json out.json]
+
+FOLDER defaults to ``../shared/corpus`` beside the repository (the benchmark corpus, present on development
+and CI machines only). Every ``*.md`` / ``*.markdown`` file under the folders is read once, decoded as
+UTF-8 (line breaks untouched), and held in memory, so no system pays for file I/O.
+
+Speed. Three systems each chunk the whole corpus, ``--runs`` times:
+
+``chunkline``
+    ``chunkline.chunk_markdown(text, ChunkConfig(max_tokens, overlap_tokens), doc_id=...)``: the full
+    engine, chunk records (positions, ids, hashes) included.
+``floor``
+    One block-level markdown-it-py parse (the ``inline`` core rule disabled) plus one tiktoken
+    ``encode_ordinary`` pass over each document: the least a chunker that follows CommonMark structure and
+    counts tokens exactly must do. chunkline's speed is read against it.
+``semantic-text-splitter``
+    ``MarkdownSplitter.from_tiktoken_model("gpt-3.5-turbo", max_tokens, overlap, trim=False)`` and
+    ``chunk_indices(text)``: a Rust markdown splitter with the same tokenizer (cl100k_base). Optional:
+    skipped when the ``bench`` extra is not installed.
+
+The systems run side by side in one process, and the order is rotated each round, so that warm-up, CPU
+frequency and background noise are spread over all of them instead of favouring whichever runs first or
+last. Each system's figure is the MEDIAN of its per-round times for one pass over the corpus (the median
+shrugs off a round disturbed by something else); throughput is MB/s with MB = 1e6 bytes of UTF-8 input.
+The ratios compare the medians of systems measured in the same rounds, which makes them far more stable
+across machines than the absolute MB/s. One-time setup (loading the encoding, building the splitters)
+happens before timing, and each system chunks one document untimed first.
+
+Quality. Each system chunks the corpus once more, outside timing, and its output is checked:
+
+* chunks, and chunks over the limit: the chunk text's exact cl100k_base count (``encode_ordinary``) is
+  above ``max_tokens``;
+* fences/tables (and, separately, list items) that fit but were split: a block from
+  ``chunkline.parse_markdown(text).blocks`` whose text (trailing whitespace removed) has at most
+  ``max_tokens`` tokens, and which no single chunk's ``[start, end)`` holds whole;
+* characters lost: characters of a document that no chunk's range covers;
+* exact offsets: chunks whose text is ``text[start:end]`` (semantic-text-splitter's ``chunk_indices``
+  offsets are taken in the unit its documentation gives, checked against the text and converted from
+  bytes to characters if they are byte offsets);
+* for chunkline also ``reconstruct(chunks) == text`` per document and ``token_count`` equal to the exact
+  count per chunk.
+
+The floor produces no chunks; its quality figures are ``n/a``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib.metadata
+import json
+import math
+import platform
+import statistics
+import sys
+import time
+from bisect import bisect_right
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from itertools import accumulate
+from pathlib import Path
+from typing import Any, cast
+
+import tiktoken
+from markdown_it import MarkdownIt
+
+import chunkline
+from chunkline import ChunkConfig, ReconstructionError, parse_markdown, reconstruct
+from chunkline.tokenizers import load_encoding
+
+CHUNKLINE = "chunkline"
+FLOOR = "floor"
+SEMANTIC = "semantic-text-splitter"
+
+MARKDOWN_SUFFIXES = (".md", ".markdown")
+DEFAULT_CORPUS = Path(__file__).resolve().parents[1] / ".." / "shared" / "corpus"
+ENCODING_NAME = "cl100k_base"
+SEMANTIC_MODEL = "gpt-3.5-turbo"  # tiktoken-rs maps it to cl100k_base, the encoding chunkline counts with
+FENCE_OR_TABLE = frozenset({"fence", "table"})
+LIST_ITEM = "list_item"
+MAX_EXAMPLES = 5
+
+
+# --------------------------------------------------------------------------------------------- corpus
+
+
+@dataclass(frozen=True, slots=True)
+class Document:
+    doc_id: str
+    """POSIX path relative to the folder the file was found in."""
+    text: str
+    size_bytes: int
+
+
+@dataclass(frozen=True)
+class Corpus:
+    folders: tuple[Path, ...]
+    documents: tuple[Document, ...]
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(document.size_bytes for document in self.documents)
+
+    @property
+    def megabytes(self) -> float:
+        return self.total_bytes / 1e6
+
+
+def markdown_files(folder: Path) -> list[Path]:
+    return sorted(
+        path for path in folder.rglob("*") if path.is_file() and path.suffix.lower() in MARKDOWN_SUFFIXES
+    )
+
+
+def load_corpus(folders: Sequence[Path]) -> Corpus:
+    """Every markdown file under ``folders``, decoded as UTF-8 with its line breaks as they are."""
+    documents: list[Document] = []
+    for folder in folders:
+        for path in markdown_files(folder):
+            raw = path.read_bytes()
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise SystemExit(f"error: {path} is not valid UTF-8 ({error})") from None
+            documents.append(Document(path.relative_to(folder).as_posix(), text, len(raw)))
+    return Corpus(tuple(folders), tuple(documents))
+
+
+# -------------------------------------------------------------------------------------------- systems
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """One chunk as a character range of its document, the text the system returned, and its own count."""
+
+    start: int
+    end: int
+    text: str
+    reported_tokens: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentOutput:
+    spans: list[Span]
+    reconstructs: bool | None = None
+    """Whether the system's own reconstruction gives the document back; ``None`` when it has none."""
+
+
+@dataclass(frozen=True)
+class System:
+    name: str
+    run: Callable[[Document], object]
+    """What is timed: chunk one document, nothing else."""
+    collect: Callable[[Document], DocumentOutput] | None
+    """Chunk one document and normalize the output for the quality checks; ``None`` for the floor."""
+    notes: dict[str, Any] = field(default_factory=dict)
+
+
+def chunkline_system(max_tokens: int, overlap_tokens: int) -> System:
+    config = ChunkConfig(max_tokens=max_tokens, overlap_tokens=overlap_tokens)
+    chunk_markdown = chunkline.chunk_markdown
+
+    def run(document: Document) -> object:
+        return chunk_markdown(document.text, config, doc_id=document.doc_id)
+
+    def collect(document: Document) -> DocumentOutput:
+        chunks = chunk_markdown(document.text, config, doc_id=document.doc_id)
+        spans = [Span(chunk.start_char, chunk.end_char, chunk.text, chunk.token_count) for chunk in chunks]
+        try:
+            reconstructs = reconstruct(chunks) == document.text
+        except ReconstructionError:
+            reconstructs = False
+        return DocumentOutput(spans, reconstructs)
+
+    return System(CHUNKLINE, run, collect)
+
+
+def floor_system(encoding: tiktoken.Encoding) -> System:
+    parser = MarkdownIt("commonmark").enable("table")
+    parser.core.ruler.disable(["inline", "text_join"])
+    parse = parser.parse
+    encode = encoding.encode_ordinary
+
+    def run(document: Document) -> object:
+        return parse(document.text), encode(document.text)
+
+    return System(FLOOR, run, None)
+
+
+def semantic_system(max_tokens: int, overlap_tokens: int) -> System | None:
+    """semantic-text-splitter's markdown splitter, or ``None`` when the package is not installed."""
+    try:
+        from semantic_text_splitter import MarkdownSplitter
+    except ImportError:
+        return None
+    splitter = MarkdownSplitter.from_tiktoken_model(SEMANTIC_MODEL, max_tokens, overlap=overlap_tokens, trim=False)
+    chunk_indices = splitter.chunk_indices
+    unit = documented_offset_unit(MarkdownSplitter.chunk_indices.__doc__ or "")
+    to_span = span_from_byte_offset if unit == "byte" else span_from_char_offset
+
+    def run(document: Document) -> object:
+        return chunk_indices(document.text)
+
+    def collect(document: Document) -> DocumentOutput:
+        text = document.text
+        encoded = text.encode("utf-8") if unit == "byte" else b""
+        return DocumentOutput([to_span(text, encoded, offset, chunk) for offset, chunk in chunk_indices(text)])
+
+    notes = {"offset_unit_documented": unit, "offset_unit_used": unit or "character"}
+    return System(SEMANTIC, run, collect, notes)
+
+
+def documented_offset_unit(docstring: str) -> str | None:
+    """``"character"`` or ``"byte"``, as ``chunk_indices``' documentation states it; ``None`` if it does not."""
+    lowered = docstring.lower()
+    if "character offset" in lowered:
+        return "character"
+    if "byte offset" in lowered:
+        return "byte"
+    return None
+
+
+def span_from_char_offset(text: str, encoded: bytes, offset: int, chunk: str) -> Span:
+    return Span(offset, offset + len(chunk), chunk)
+
+
+def span_from_byte_offset(text: str, encoded: bytes, offset: int, chunk: str) -> Span:
+    start = len(encoded[:offset].decode("utf-8", "replace"))
+    return Span(start, start + len(chunk), chunk)
+
+
+@dataclass(frozen=True)
+class OffsetUnitCheck:
+    """How semantic-text-splitter's offsets line up with the text, on chunks of non-ASCII documents."""
+
+    chunks_checked: int
+    match_as_characters: int
+    match_as_bytes: int
+
+
+def check_offset_unit(system: System, documents: Sequence[Document]) -> OffsetUnitCheck:
+    """Compare each raw ``chunk_indices`` offset with the text, read as characters and as bytes."""
+    checked = as_characters = as_bytes = 0
+    for document in documents:
+        text = document.text
+        if text.isascii():
+            continue  # both readings agree; nothing to learn
+        encoded = text.encode("utf-8")
+        for offset, chunk in cast("list[tuple[int, str]]", system.run(document)):
+            checked += 1
+            as_characters += text[offset : offset + len(chunk)] == chunk
+            chunk_bytes = chunk.encode("utf-8")
+            as_bytes += encoded[offset : offset + len(chunk_bytes)] == chunk_bytes
+    return OffsetUnitCheck(checked, as_characters, as_bytes)
+
+
+# --------------------------------------------------------------------------------------------- timing
+
+
+def rotated(items: Sequence[System], round_index: int) -> list[System]:
+    shift = round_index % len(items)
+    return [*items[shift:], *items[:shift]]
+
+
+def time_pass(system: System, documents: Sequence[Document]) -> float:
+    """Seconds for one pass of ``system`` over every document."""
+    run = system.run
+    gc.collect()
+    start = time.perf_counter()
+    for document in documents:
+        run(document)
+    return time.perf_counter() - start
+
+
+def warm_up(systems: Iterable[System], documents: Sequence[Document]) -> None:
+    """One untimed call per system on the largest document: lazy tables and caches are built here."""
+    largest = max(documents, key=lambda document: document.size_bytes)
+    for system in systems:
+        system.run(largest)
+
+
+def measure(systems: Sequence[System], documents: Sequence[Document], runs: int) -> dict[str, list[float]]:
+    """Per-round seconds of each system, the order rotated every round."""
+    seconds: dict[str, list[float]] = {system.name: [] for system in systems}
+    for round_index in range(runs):
+        order = rotated(systems, round_index)
+        for system in order:
+            seconds[system.name].append(time_pass(system, documents))
+        summary = ", ".join(f"{system.name} {seconds[system.name][-1]:.2f} s" for system in order)
+        print(f"round {round_index + 1}/{runs}: {summary}", file=sys.stderr, flush=True)
+    return seconds
+
+
+# -------------------------------------------------------------------------------------------- quality
+
+
+@dataclass(frozen=True, slots=True)
+class BlockRange:
+    kind: str
+    start: int
+    end: int
+    """Past the block's last character that is not whitespace."""
+
+
+@dataclass(frozen=True)
+class FittingBlocks:
+    """Per document, the fences/tables and the list items that fit within ``max_tokens`` on their own."""
+
+    fences_and_tables: dict[str, list[BlockRange]]
+    list_items: dict[str, list[BlockRange]]
+
+    def total(self, which: str) -> int:
+        return sum(len(blocks) for blocks in getattr(self, which).values())
+
+
+def fitting_blocks(documents: Sequence[Document], encoding: tiktoken.Encoding, max_tokens: int) -> FittingBlocks:
+    fences_and_tables: dict[str, list[BlockRange]] = {}
+    list_items: dict[str, list[BlockRange]] = {}
+    for document in documents:
+        text = document.text
+        fences_and_tables[document.doc_id] = []
+        list_items[document.doc_id] = []
+        for block in parse_markdown(text).blocks:
+            if block.kind in FENCE_OR_TABLE:
+                target = fences_and_tables[document.doc_id]
+            elif block.kind == LIST_ITEM:
+                target = list_items[document.doc_id]
+            else:
+                continue
+            stripped = text[block.start_char : block.end_char].rstrip()
+            if stripped and len(encoding.encode_ordinary(stripped)) <= max_tokens:
+                target.append(BlockRange(block.kind, block.start_char, block.start_char + len(stripped)))
+    return FittingBlocks(fences_and_tables, list_items)
+
+
+@dataclass
+class Quality:
+    documents: int = 0
+    chunks: int = 0
+    over_limit: int = 0
+    fences_tables_split: int = 0
+    list_items_split: int = 0
+    characters: int = 0
+    characters_lost: int = 0
+    offsets_exact: int = 0
+    documents_reconstructed: int | None = None
+    token_counts_exact: int | None = None
+    examples: dict[str, list[str]] = field(default_factory=dict)
+
+    def example(self, problem: str, description: str) -> None:
+        found = self.examples.setdefault(problem, [])
+        if len(found) < MAX_EXAMPLES:
+            found.append(description)
+
+
+def holds_whole(spans: Sequence[Span]) -> Callable[[int, int], bool]:
+    """A test: does some span hold ``[start, end)`` entirely?"""
+    ordered = sorted((span.start, span.end) for span in spans)
+    starts = [start for start, _ in ordered]
+    reach = list(accumulate((end for _, end in ordered), max))  # furthest end among spans starting so far
+
+    def test(start: int, end: int) -> bool:
+        slot = bisect_right(starts, start) - 1
+        return slot >= 0 and reach[slot] >= end
+
+    return test
+
+
+def uncovered(length: int, spans: Iterable[Span]) -> int:
+    """Characters of ``[0, length)`` in no span."""
+    covered = 0
+    reached = 0
+    for start, end in sorted((max(span.start, 0), min(span.end, length)) for span in spans):
+        if end > reached:
+            covered += end - max(start, reached)
+            reached = end
+    return length - covered
+
+
+def check_document(
+    quality: Quality,
+    document: Document,
+    output: DocumentOutput,
+    blocks: FittingBlocks,
+    encoding: tiktoken.Encoding,
+    max_tokens: int,
+) -> None:
+    text = document.text
+    quality.documents += 1
+    quality.chunks += len(output.spans)
+    quality.characters += len(text)
+    for index, span in enumerate(output.spans):
+        exact = len(encoding.encode_ordinary(span.text))
+        if exact > max_tokens:
+            quality.over_limit += 1
+            quality.example("over_limit", f"{document.doc_id} chunk {index} [{span.start}:{span.end}]: {exact} tokens")
+        if text[span.start : span.end] == span.text:
+            quality.offsets_exact += 1
+        else:
+            quality.example("offset_mismatch", f"{document.doc_id} chunk {index} at {span.start}")
+        if span.reported_tokens is not None:
+            quality.token_counts_exact = (quality.token_counts_exact or 0) + (span.reported_tokens == exact)
+            if span.reported_tokens != exact:
+                quality.example(
+                    "token_count_mismatch",
+                    f"{document.doc_id} chunk {index}: token_count {span.reported_tokens}, exact {exact}",
+                )
+    inside = holds_whole(output.spans)
+    for problem, ranges in (
+        ("fences_tables_split", blocks.fences_and_tables[document.doc_id]),
+        ("list_items_split", blocks.list_items[document.doc_id]),
+    ):
+        for block in ranges:
+            if not inside(block.start, block.end):
+                setattr(quality, problem, getattr(quality, problem) + 1)
+                quality.example(problem, f"{document.doc_id} {block.kind} [{block.start}:{block.end}]")
+    lost = uncovered(len(text), output.spans)
+    quality.characters_lost += lost
+    if lost:
+        quality.example("characters_lost", f"{document.doc_id}: {lost} characters")
+    if output.reconstructs is not None:
+        quality.documents_reconstructed = (quality.documents_reconstructed or 0) + output.reconstructs
+        if not output.reconstructs:
+            quality.example("reconstruct_mismatch", document.doc_id)
+
+
+def assess(
+    system: System,
+    documents: Sequence[Document],
+    blocks: FittingBlocks,
+    encoding: tiktoken.Encoding,
+    max_tokens: int,
+) -> Quality:
+    """The quality figures of one untimed pass of ``system`` over the corpus."""
+    assert system.collect is not None
+    quality = Quality()
+    for document in documents:
+        check_document(quality, document, system.collect(document), blocks, encoding, max_tokens)
+    return quality
+
+
+# -------------------------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class SystemResult:
+    name: str
+    seconds: list[float]
+    megabytes: float
+    quality: Quality | None
+
+    @property
+    def median_seconds(self) -> float:
+        return statistics.median(self.seconds)
+
+    @property
+    def mb_per_second(self) -> float:
+        return self.megabytes / self.median_seconds
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "seconds_per_run": self.seconds,
+            "median_seconds": self.median_seconds,
+            "median_mb_per_second": self.mb_per_second,
+            "quality": asdict(self.quality) if self.quality else None,
+        }
+
+
+def ratio(results: dict[str, SystemResult], numerator: str, denominator: str) -> float | None:
+    """Throughput of ``numerator`` over that of ``denominator`` (above 1: ``numerator`` is faster)."""
+    if numerator not in results or denominator not in results:
+        return None
+    return results[numerator].mb_per_second / results[denominator].mb_per_second
+
+
+def percent_exact(part: int, whole: int) -> str:
+    """A percentage that never rounds up to 100.00% unless every item is exact."""
+    if whole == 0:
+        return "n/a"
+    value = math.floor(10000 * part / whole) / 100
+    return f"{value:.2f}%"
+
+
+def of(part: int, whole: int) -> str:
+    return f"{part} of {whole}"
+
+
+def table_rows(
+    results: dict[str, SystemResult], blocks: FittingBlocks, max_tokens: int
+) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of the results table: one row per figure, one column per system."""
+    names = list(results)
+    fences = blocks.total("fences_and_tables")
+    items = blocks.total("list_items")
+
+    def row(label: str, cell: Callable[[SystemResult], str], quality_only: bool = True) -> list[str]:
+        cells = []
+        for name in names:
+            result = results[name]
+            cells.append("n/a" if quality_only and result.quality is None else cell(result))
+        return [label, *cells]
+
+    def quality(result: SystemResult) -> Quality:
+        assert result.quality is not None
+        return result.quality
+
+    def chunkline_only(
+        value: Callable[[Quality], int | None], whole: Callable[[Quality], int]
+    ) -> Callable[[SystemResult], str]:
+        def cell(result: SystemResult) -> str:
+            found = value(quality(result))
+            return "n/a" if found is None else of(found, whole(quality(result)))
+
+        return cell
+
+    def speed_ratio(result: SystemResult) -> str:
+        value = ratio(results, CHUNKLINE, result.name)
+        return "n/a" if value is None else f"{value:.2f}x"
+
+    rows = [
+        row("throughput, MB/s (median)", lambda r: f"{r.mb_per_second:.2f}", quality_only=False),
+        row("seconds per corpus pass (median)", lambda r: f"{r.median_seconds:.3f}", quality_only=False),
+        row("chunkline throughput / this", speed_ratio, quality_only=False),
+        row("chunks", lambda r: str(quality(r).chunks)),
+        row(f"chunks over {max_tokens} tokens", lambda r: str(quality(r).over_limit)),
+        row(f"fences/tables that fit but were split (of {fences})", lambda r: str(quality(r).fences_tables_split)),
+        row(f"list items that fit but were split (of {items})", lambda r: str(quality(r).list_items_split)),
+        row("characters lost", lambda r: str(quality(r).characters_lost)),
+        row(
+            "exact offsets (text[start:end] == chunk)",
+            lambda r: percent_exact(quality(r).offsets_exact, quality(r).chunks),
+        ),
+        row(
+            "reconstruct(chunks) == text (documents)",
+            chunkline_only(lambda q: q.documents_reconstructed, lambda q: q.documents),
+        ),
+        row("token_count == exact count (chunks)", chunkline_only(lambda q: q.token_counts_exact, lambda q: q.chunks)),
+    ]
+    return ["figure", *names], rows
+
+
+def aligned_table(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(line[column]) for line in [header, *rows]) for column in range(len(header))]
+
+    def line(cells: list[str]) -> str:
+        first = cells[0].ljust(widths[0])
+        rest = (cell.rjust(width) for cell, width in zip(cells[1:], widths[1:]))
+        return "  ".join([first, *rest]).rstrip()
+
+    rule = "  ".join("-" * width for width in widths)
+    return "\n".join([line(header), rule, *(line(cells) for cells in rows)])
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    def line(cells: list[str]) -> str:
+        return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
+
+    separator = "| --- |" + " ---: |" * (len(header) - 1)
+    return "\n".join([line(header), separator, *(line(cells) for cells in rows)])
+
+
+def versions() -> dict[str, str]:
+    found = {"python": platform.python_version()}
+    for package in ("chunkline", "tiktoken", "markdown-it-py", "semantic-text-splitter"):
+        try:
+            found[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            found[package] = "not installed"
+    return found
+
+
+def corpus_summary(corpus: Corpus, args: argparse.Namespace, found_versions: dict[str, str]) -> str:
+    folders = ", ".join(str(folder) for folder in corpus.folders)
+    version_text = "  ".join(f"{name} {version}" for name, version in found_versions.items())
+    return "\n".join(
+        [
+            f"corpus: {folders}",
+            f"  {len(corpus.documents)} files, {corpus.megabytes:.2f} MB (1 MB = 1e6 bytes of UTF-8 input)",
+            f"  runs: {args.runs} (order rotated each round; median reported)  "
+            f"max_tokens: {args.max_tokens}  overlap_tokens: {args.overlap_tokens}  tokenizer: {ENCODING_NAME}",
+            f"versions: {version_text}",
+        ]
+    )
+
+
+def ratio_lines(results: dict[str, SystemResult]) -> list[str]:
+    lines = []
+    for other, meaning in ((FLOOR, "block parse + one tiktoken pass"), (SEMANTIC, "Rust markdown splitter")):
+        value = ratio(results, CHUNKLINE, other)
+        if value is not None:
+            lines.append(
+                f"chunkline / {other}: {value:.2f}x the throughput ({meaning}; "
+                f"chunkline takes {1 / value:.2f}x its time)"
+            )
+    return lines
+
+
+def problem_lines(results: dict[str, SystemResult]) -> list[str]:
+    """chunkline's broken promises, with where to reproduce them (each one is an engine bug)."""
+    quality = results[CHUNKLINE].quality
+    if quality is None or not quality.examples:
+        return []
+    lines = ["chunkline problems (engine bugs; first examples):"]
+    for problem, examples in quality.examples.items():
+        lines.extend(f"  {problem}: {example}" for example in examples)
+    return lines
+
+
+# ----------------------------------------------------------------------------------------------- main
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "folders", nargs="*", type=Path, metavar="FOLDER",
+        help=f"folders of markdown files (default: {DEFAULT_CORPUS.resolve()})",
+    )
+    parser.add_argument("--max-tokens", type=int, default=512)
+    parser.add_argument("--overlap-tokens", type=int, default=50)
+    parser.add_argument("--runs", type=int, default=5, help="timed passes per system (default: 5)")
+    parser.add_argument("--json", type=Path, metavar="OUT", help="also write every figure to this JSON file")
+    args = parser.parse_args(argv)
+    if args.runs < 1:
+        parser.error("--runs must be at least 1")
+    if not 0 <= args.overlap_tokens < args.max_tokens:
+        parser.error("--overlap-tokens must be >= 0 and less than --max-tokens")
+    if not args.folders:
+        default = DEFAULT_CORPUS.resolve()
+        if not default.is_dir():
+            parser.error(
+                f"the benchmark corpus is not at {default} (../shared/corpus beside the repository); "
+                "pass a folder of markdown files: python benchmarks/bench_chunking.py PATH/TO/MARKDOWN"
+            )
+        args.folders = [default]
+    for folder in args.folders:
+        if not folder.is_dir():
+            parser.error(f"{folder} is not a folder; pass a folder of markdown files")
+    return args
+
+
+def build_systems(args: argparse.Namespace, encoding: tiktoken.Encoding) -> list[System]:
+    systems = [chunkline_system(args.max_tokens, args.overlap_tokens), floor_system(encoding)]
+    semantic = semantic_system(args.max_tokens, args.overlap_tokens)
+    if semantic is None:
+        print(
+            "semantic-text-splitter is not installed (the bench extra: pip install -e '.[bench]'); "
+            "skipping its column.",
+            file=sys.stderr,
+        )
+    else:
+        systems.append(semantic)
+    return systems
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    corpus = load_corpus(args.folders)
+    if not corpus.documents:
+        raise SystemExit(f"error: no *.md or *.markdown files under {', '.join(map(str, args.folders))}")
+    documents = corpus.documents
+    encoding = load_encoding(ENCODING_NAME)
+    systems = build_systems(args, encoding)
+
+    warm_up(systems, documents)
+    seconds = measure(systems, documents, args.runs)
+
+    print("checking quality (untimed)...", file=sys.stderr, flush=True)
+    blocks = fitting_blocks(documents, encoding, args.max_tokens)
+    results: dict[str, SystemResult] = {}
+    for system in systems:
+        quality = assess(system, documents, blocks, encoding, args.max_tokens) if system.collect else None
+        results[system.name] = SystemResult(system.name, seconds[system.name], corpus.megabytes, quality)
+    offset_check = next(
+        (check_offset_unit(system, documents) for system in systems if system.name == SEMANTIC), None
+    )
+
+    found_versions = versions()
+    header, rows = table_rows(results, blocks, args.max_tokens)
+    output = [corpus_summary(corpus, args, found_versions), "", aligned_table(header, rows), ""]
+    output += ratio_lines(results)
+    if offset_check is not None:
+        notes = next(system.notes for system in systems if system.name == SEMANTIC)
+        output.append(
+            f"semantic-text-splitter chunk_indices offsets: {notes['offset_unit_used']} offsets "
+            f"(documented: {notes['offset_unit_documented'] or 'not stated'}); on {offset_check.chunks_checked} "
+            f"chunks of non-ASCII documents, {offset_check.match_as_characters} match as character offsets, "
+            f"{offset_check.match_as_bytes} as byte offsets"
+        )
+    problems = problem_lines(results)
+    if problems:
+        output += ["", *problems]
+    output += ["", "Markdown:", "", markdown_table(header, rows)]
+    print("\n".join(output))
+
+    if args.json:
+        report = {
+            "corpus": {
+                "folders": [str(folder) for folder in corpus.folders],
+                "files": len(documents),
+                "bytes": corpus.total_bytes,
+                "megabytes": corpus.megabytes,
+                "fences_and_tables_that_fit": blocks.total("fences_and_tables"),
+                "list_items_that_fit": blocks.total("list_items"),
+            },
+            "settings": {
+                "runs": args.runs,
+                "max_tokens": args.max_tokens,
+                "overlap_tokens": args.overlap_tokens,
+                "tokenizer": ENCODING_NAME,
+            },
+            "versions": found_versions,
+            "systems": {name: result.to_json() for name, result in results.items()},
+            "ratios": {
+                "chunkline_over_floor": ratio(results, CHUNKLINE, FLOOR),
+                "chunkline_over_semantic_text_splitter": ratio(results, CHUNKLINE, SEMANTIC),
+            },
+            "semantic_text_splitter_offsets": (
+                {**next(s.notes for s in systems if s.name == SEMANTIC), **asdict(offset_check)}
+                if offset_check is not None
+                else None
+            ),
+        }
+        args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        print(f"wrote {args.json}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
