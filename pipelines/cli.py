@@ -5,6 +5,11 @@
     terminal, or as JSON lines with ``--format jsonl``. Runs the engine directly; no Beam.
 ``chunkline strategies``
     List the registered chunking strategies with their parameters and defaults.
+``chunkline run INPUT... --output URL``
+    The Beam pipeline: chunk a corpus on any fsspec storage into a Parquet dataset. Arguments chunkline does
+    not know are Beam pipeline options (``--runner DataflowRunner --project ...``).
+``chunkline inspect URL``
+    Summarize a published dataset: tables, documents by status, token histogram, errors.
 
 Settings come from ``--config FILE`` (its ``chunking`` section), ``CHUNKLINE_CHUNK_*`` environment
 variables and ``--set key=value`` (``--set max_tokens=256`` or ``--set chunking.headings.max_heading_level=2``),
@@ -15,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -24,6 +30,7 @@ from typing import TextIO
 from chunkline import __version__
 from chunkline.config import ChunkConfig, ConfigError, load_chunk_config
 from chunkline.engine import chunk_document
+from chunkline.pipelines.publish import DatasetNotFoundError
 from chunkline.record import Chunk
 from chunkline.registry import available_strategies, get_strategy
 from chunkline.structure import parse_markdown
@@ -64,6 +71,41 @@ def build_parser() -> argparse.ArgumentParser:
     )
     chunk.set_defaults(handler=_chunk_command)
 
+    run = commands.add_parser(
+        "run",
+        help="run the Beam pipeline: markdown in, Parquet chunks out",
+        description=(
+            "Chunk every markdown file of the inputs into a Parquet dataset at --output. Inputs are fsspec "
+            "URLs: folders, files or globs, local or on object storage. Options chunkline does not know are "
+            "passed to Beam as pipeline options."
+        ),
+    )
+    run.add_argument("inputs", nargs="*", metavar="INPUT", help="folders, files or globs (fsspec URLs)")
+    run.add_argument("--output", "-o", metavar="URL", help="where the dataset is published (fsspec URL)")
+    _add_settings_arguments(run)
+    run.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        help="run N worker processes (Beam's multi-processing DirectRunner); default: in-process",
+    )
+    run.add_argument(
+        "--fail-on-error",
+        action="store_true",
+        default=None,
+        help="exit with status 1 when any document produced an error row",
+    )
+    run.set_defaults(handler=_run_command)
+
+    inspect = commands.add_parser(
+        "inspect",
+        help="summarize a published dataset",
+        description="Show a dataset's run, tables, documents by status, token histogram and errors.",
+    )
+    inspect.add_argument("url", metavar="URL", help="the dataset's location (fsspec URL)")
+    inspect.add_argument("--errors", type=int, default=10, metavar="N", help="error rows to show (default 10)")
+    inspect.set_defaults(handler=_inspect_command)
+
     strategies = commands.add_parser(
         "strategies",
         help="list the chunking strategies and their parameters",
@@ -88,15 +130,51 @@ def _add_settings_arguments(parser: argparse.ArgumentParser) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the process exit code."""
     parser = build_parser()
-    arguments = parser.parse_args(argv)
+    arguments, extra = parser.parse_known_args(argv)
+    if extra and arguments.command != "run":
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    arguments.beam_args = extra
+    _configure_logging()
     try:
         return arguments.handler(arguments)
-    except (ConfigError, TokenizerUnavailableError) as error:
+    except (ConfigError, TokenizerUnavailableError, DatasetNotFoundError) as error:
         print(f"chunkline: error: {error}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `chunkline chunk ... | head`
         sys.stderr.close()
         return 0
+
+
+def _configure_logging() -> None:
+    logging.basicConfig(format="%(message)s", level=logging.WARNING)
+    logging.getLogger("chunkline").setLevel(logging.INFO)
+    # Beam warns at import about optional cloud clients that chunkline does not use.
+    logging.getLogger("apache_beam").setLevel(logging.ERROR)
+
+
+def _run_command(arguments: argparse.Namespace) -> int:
+    from chunkline.pipelines.config import load_run_config
+    from chunkline.pipelines.run import run_pipeline
+
+    overrides = list(arguments.overrides)
+    if arguments.workers is not None:
+        overrides.append(f"run.workers={arguments.workers}")
+    if arguments.fail_on_error:
+        overrides.append("run.fail_on_error=true")
+    config = load_run_config(arguments.config, overrides, inputs=arguments.inputs, output=arguments.output)
+    summary = run_pipeline(config, arguments.beam_args)
+    print(summary.describe())
+    if config.run.fail_on_error and summary.errors:
+        print(f"chunkline: {len(summary.errors)} error row(s) and --fail-on-error: exit status 1", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _inspect_command(arguments: argparse.Namespace) -> int:
+    from chunkline.pipelines.inspect import describe_dataset
+
+    print(describe_dataset(arguments.url, error_rows=arguments.errors))
+    return 0
 
 
 def _markdown_files(paths: Sequence[str]) -> Iterator[tuple[Path, str]]:

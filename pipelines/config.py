@@ -1,0 +1,214 @@
+"""``RunConfig``: everything ``chunkline run`` needs, from one YAML file with three sections.
+
+::
+
+    input:
+      paths: [docs/]                 # or INPUT arguments on the command line
+      extensions: [.md, .markdown]   # for folder inputs
+      include: []                    # shell patterns on doc_id; empty = everything
+      exclude: []
+      max_file_bytes: 50000000
+      encoding_errors: strict        # strict: invalid UTF-8 is an error row; replace: U+FFFD and chunk
+      storage_options: {}            # passed to fsspec (credentials: never written anywhere)
+    chunking: {...}                  # see chunkline.config.ChunkConfig
+    output:
+      url: out/                      # or --output
+      shards: 8
+      row_group_rows: 65536
+      storage_options: {}
+    run:
+      workers: 0                     # 0: in-process; N: N worker processes
+      fail_on_error: false
+
+Environment variables override a file section by section: ``CHUNKLINE_INPUT_MAX_FILE_BYTES``,
+``CHUNKLINE_CHUNK_MAX_TOKENS``, ``CHUNKLINE_OUTPUT_SHARDS``, ``CHUNKLINE_RUN_WORKERS`` (``__`` nests), and
+``--set section.key=value`` overrides both.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from chunkline.config import CHUNK_ENV_PREFIX, ChunkConfig
+from chunkline.settings import (
+    ConfigError,
+    build_dataclass,
+    deep_merge,
+    env_overrides,
+    parse_assignments,
+    read_yaml_mapping,
+)
+
+__all__ = ["InputConfig", "OutputConfig", "RunSettings", "RunConfig", "load_run_config", "ENV_PREFIXES"]
+
+#: Environment variable prefix of each config section.
+ENV_PREFIXES = {
+    "CHUNKLINE_INPUT_": "input",
+    CHUNK_ENV_PREFIX: "chunking",
+    "CHUNKLINE_OUTPUT_": "output",
+    "CHUNKLINE_RUN_": "run",
+}
+
+_SECTIONS = ("input", "chunking", "output", "run")
+
+
+@dataclass(frozen=True)
+class InputConfig:
+    """Where the markdown comes from and which files count."""
+
+    paths: tuple[str, ...] = ()
+    """Folders, files or globs as fsspec URLs (local paths, file://, s3://, gs://, az://, zip::...)."""
+    extensions: tuple[str, ...] = (".md", ".markdown")
+    """File name endings searched for in folder inputs (case-insensitive)."""
+    include: tuple[str, ...] = ()
+    """Shell patterns matched against doc_id (``*`` also matches ``/``); empty includes every file."""
+    exclude: tuple[str, ...] = ()
+    """Shell patterns matched against doc_id; a match is left out."""
+    max_file_bytes: int = 50_000_000
+    """Larger files become an error row instead of being read."""
+    encoding_errors: Literal["strict", "replace"] = "strict"
+    """strict: invalid UTF-8 is an error row; replace: invalid bytes become U+FFFD and the file is chunked."""
+    storage_options: dict[str, Any] = field(default_factory=dict)
+    """fsspec storage options for the inputs (e.g. key/secret/endpoint_url); never written anywhere."""
+
+    def __post_init__(self) -> None:
+        if self.max_file_bytes < 1:
+            raise ValueError(f"max_file_bytes must be >= 1, got {self.max_file_bytes}")
+        for extension in self.extensions:
+            if not extension.startswith("."):
+                raise ValueError(f"extensions must start with a dot, got {extension!r}")
+
+
+@dataclass(frozen=True)
+class OutputConfig:
+    """Where and how the Parquet dataset is written."""
+
+    url: str | None = None
+    """The dataset's location (any fsspec URL)."""
+    shards: int = 8
+    """Files per table: a document's rows go to the shard picked by a hash of its doc_id."""
+    row_group_rows: int = 65_536
+    """Rows per Parquet row group."""
+    compression: str = "zstd"
+    """Parquet compression codec."""
+    storage_options: dict[str, Any] = field(default_factory=dict)
+    """fsspec storage options for the output; never written anywhere."""
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.shards <= 10_000:
+            raise ValueError(f"shards must be from 1 to 10000, got {self.shards}")
+        if self.row_group_rows < 1:
+            raise ValueError(f"row_group_rows must be >= 1, got {self.row_group_rows}")
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """How the pipeline runs."""
+
+    workers: int = 0
+    """0: Beam's in-process FnApiRunner; N >= 1: the multi-processing DirectRunner with N processes."""
+    fail_on_error: bool = False
+    """Exit non-zero when any document produced an error row."""
+
+    def __post_init__(self) -> None:
+        if self.workers < 0:
+            raise ValueError(f"workers must be >= 0, got {self.workers}")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """The whole configuration of one ``chunkline run``."""
+
+    input: InputConfig = field(default_factory=InputConfig)
+    chunking: ChunkConfig = field(default_factory=ChunkConfig)
+    output: OutputConfig = field(default_factory=OutputConfig)
+    run: RunSettings = field(default_factory=RunSettings)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> RunConfig:
+        data = dict(data or {})
+        unknown = sorted(set(data) - set(_SECTIONS))
+        if unknown:
+            raise ConfigError(f"unknown section {unknown[0]!r}; sections: {', '.join(_SECTIONS)}")
+        return cls(
+            input=build_dataclass(InputConfig, data.get("input"), "input"),
+            chunking=ChunkConfig.from_dict(data.get("chunking")),
+            output=build_dataclass(OutputConfig, data.get("output"), "output"),
+            run=build_dataclass(RunSettings, data.get("run"), "run"),
+        )
+
+    def to_public_dict(self) -> dict[str, Any]:
+        """The config as plain data with every storage option value redacted (for manifests and logs)."""
+        return {
+            "input": {
+                "paths": list(self.input.paths),
+                "extensions": list(self.input.extensions),
+                "include": list(self.input.include),
+                "exclude": list(self.input.exclude),
+                "max_file_bytes": self.input.max_file_bytes,
+                "encoding_errors": self.input.encoding_errors,
+                "storage_options": redact(self.input.storage_options),
+            },
+            "chunking": self.chunking.to_dict(),
+            "output": {
+                "url": self.output.url,
+                "shards": self.output.shards,
+                "row_group_rows": self.output.row_group_rows,
+                "compression": self.output.compression,
+                "storage_options": redact(self.output.storage_options),
+            },
+            "run": {"workers": self.run.workers, "fail_on_error": self.run.fail_on_error},
+        }
+
+    def secrets(self) -> list[str]:
+        """Every storage option value that could be a credential, for scrubbing messages."""
+        values: list[str] = []
+        for options in (self.input.storage_options, self.output.storage_options):
+            _collect_strings(options, values)
+        return sorted({value for value in values if len(value) >= 4}, key=len, reverse=True)
+
+
+def redact(options: Mapping[str, Any]) -> dict[str, Any]:
+    """``options`` with every value replaced by ``"***"`` (nested mappings keep their keys)."""
+    return {key: redact(value) if isinstance(value, Mapping) else "***" for key, value in options.items()}
+
+
+def _collect_strings(value: Any, into: list[str]) -> None:
+    if isinstance(value, str):
+        into.append(value)
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            _collect_strings(item, into)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _collect_strings(item, into)
+
+
+def load_run_config(
+    config_file: str | os.PathLike[str] | None = None,
+    overrides: Iterable[str] = (),
+    environ: Mapping[str, str] | None = None,
+    *,
+    inputs: Iterable[str] = (),
+    output: str | None = None,
+) -> RunConfig:
+    """The run settings from ``config_file``, the environment, ``--set`` overrides and the command line's
+    inputs and ``--output`` (each layer over the one before)."""
+    data: dict[str, Any] = read_yaml_mapping(config_file) if config_file is not None else {}
+    environment = os.environ if environ is None else environ
+    data = deep_merge(data, env_overrides(environment, ENV_PREFIXES))
+    data = deep_merge(data, parse_assignments(overrides, default_section="chunking"))
+    inputs = list(inputs)
+    if inputs:
+        data = deep_merge(data, {"input": {"paths": inputs}})
+    if output is not None:
+        data = deep_merge(data, {"output": {"url": output}})
+    config = RunConfig.from_dict(data)
+    if not config.input.paths:
+        raise ConfigError("no input: give INPUT paths or set input.paths in the config")
+    if not config.output.url:
+        raise ConfigError("no output: give --output URL or set output.url in the config")
+    return config

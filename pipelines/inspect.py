@@ -1,0 +1,75 @@
+"""``chunkline inspect``: a text summary of a published dataset, read through its manifest."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow.compute as pc
+
+from chunkline.pipelines.publish import read_dataset, read_manifest
+
+__all__ = ["describe_dataset", "token_histogram"]
+
+_HISTOGRAM_BINS = 10
+_BAR_WIDTH = 40
+
+
+def token_histogram(token_counts: list[int], bins: int = _HISTOGRAM_BINS) -> list[tuple[int, int, int]]:
+    """(low, high, count) bins of equal width covering ``token_counts``; high is inclusive."""
+    if not token_counts:
+        return []
+    low, high = min(token_counts), max(token_counts)
+    width = max(1, -(-(high - low + 1) // bins))
+    counts = [0] * bins
+    for value in token_counts:
+        counts[min((value - low) // width, bins - 1)] += 1
+    return [(low + number * width, low + (number + 1) * width - 1, count) for number, count in enumerate(counts)]
+
+
+def describe_dataset(url: str, *, error_rows: int = 10, storage_options: dict[str, Any] | None = None) -> str:
+    """A readable summary: run, config, tables, documents by status, token histogram and errors."""
+    manifest = read_manifest(url, storage_options)
+    chunks = read_dataset(url, "chunks", columns=["doc_id", "token_count"], storage_options=storage_options)
+    documents = read_dataset(url, "documents", columns=["doc_id", "status", "size_bytes"], storage_options=storage_options)
+    errors = read_dataset(url, "errors", storage_options=storage_options)
+    chunking = manifest.get("config", {}).get("chunking", {})
+    lines = [
+        f"dataset {url}",
+        f"  run {manifest['run_id']}, published {manifest.get('published_at', '?')}, schema version {manifest['schema_version']}",
+        f"  strategy {chunking.get('strategy', '?')}, max_tokens {chunking.get('max_tokens', '?')}, "
+        f"overlap_tokens {chunking.get('overlap_tokens', '?')}, tokenizer {chunking.get('tokenizer', '?')}",
+        "",
+        "tables:",
+    ]
+    for table, entry in manifest["tables"].items():
+        lines.append(f"  {table:<10} {entry['rows']:>10,} rows in {len(entry['files'])} file(s)")
+    statuses = documents.column("status").to_pylist()
+    lines += [
+        "",
+        "documents: "
+        + ", ".join(f"{statuses.count(status)} {status}" for status in ("ok", "error", "skipped")),
+    ]
+    token_counts = chunks.column("token_count").to_pylist()
+    if token_counts:
+        per_document = pc.value_counts(chunks.column("doc_id")).field("counts").to_pylist()
+        lines += [
+            f"chunks: {len(token_counts):,}, tokens {sum(token_counts):,} "
+            f"(min {min(token_counts)}, median {sorted(token_counts)[len(token_counts) // 2]}, max {max(token_counts)}), "
+            f"{len(token_counts) / max(len(per_document), 1):.1f} per document on average",
+            "",
+            "tokens per chunk:",
+        ]
+        histogram = token_histogram(token_counts)
+        largest = max(count for _, _, count in histogram)
+        for low, high, count in histogram:
+            bar = "#" * round(_BAR_WIDTH * count / largest) if largest else ""
+            lines.append(f"  {low:>6}-{high:<6} {count:>8,} {bar}")
+    if errors.num_rows:
+        lines += ["", f"errors: {errors.num_rows}"]
+        for row in errors.slice(0, error_rows).to_pylist():
+            lines.append(f"  {row['doc_id']} [{row['stage']}/{row['error_type']}] {row['message']}")
+        if errors.num_rows > error_rows:
+            lines.append(f"  ... {errors.num_rows - error_rows} more (chunkline inspect --errors N)")
+    else:
+        lines += ["", "errors: none"]
+    return "\n".join(lines)

@@ -1,0 +1,226 @@
+"""Building and running the chunkline pipeline, then publishing its dataset.
+
+``run_pipeline(config, beam_args)`` is what ``chunkline run`` calls::
+
+    ReadMarkdown -> ChunkDocuments -> WriteChunkTables    (one Beam pipeline)
+    publish_run                                          (after the pipeline succeeded)
+
+Without ``--runner`` among the Beam arguments the pipeline runs on Beam's in-process FnApiRunner, or with
+``run.workers: N`` on the multi-processing DirectRunner (N worker processes); Beam's default DirectRunner
+is never used, as it first tries to download a Prism binary. Any other runner is passed through unchanged
+(``--runner DataflowRunner --project ... --region ...``); the workers then need the chunkline package, see
+the README on distributed runners.
+"""
+
+from __future__ import annotations
+
+import logging
+import platform
+import secrets
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions
+from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+from fsspec.core import url_to_fs
+
+from chunkline import __version__
+from chunkline.pipelines.config import RunConfig
+from chunkline.pipelines.publish import discard_run, publish_run, read_dataset, staging_url
+from chunkline.settings import ConfigError
+from chunkline.transforms.chunk import ChunkDocuments
+from chunkline.transforms.read import ReadMarkdown
+from chunkline.transforms.write import WriteChunkTables, WriteSettings
+
+__all__ = ["RunSummary", "build_pipeline", "run_pipeline", "check_output_location", "new_run_id"]
+
+logger = logging.getLogger("chunkline")
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """What a finished run produced."""
+
+    output_url: str
+    run_id: str
+    documents_ok: int
+    documents_error: int
+    documents_skipped: int
+    chunks: int
+    tokens: int
+    input_bytes: int
+    pipeline_seconds: float
+    total_seconds: float
+    errors: list[dict[str, Any]]
+
+    @property
+    def megabytes_per_second(self) -> float:
+        return self.input_bytes / 1e6 / self.total_seconds if self.total_seconds > 0 else 0.0
+
+    def describe(self) -> str:
+        lines = [
+            f"chunkline: {self.documents_ok + self.documents_error + self.documents_skipped} documents "
+            f"({self.documents_ok} ok, {self.documents_error} error, {self.documents_skipped} skipped), "
+            f"{self.chunks:,} chunks, {self.tokens:,} tokens, {self.input_bytes / 1e6:.2f} MB "
+            f"in {self.total_seconds:.1f} s ({self.megabytes_per_second:.2f} MB/s) -> {self.output_url}"
+        ]
+        for error in self.errors[:10]:
+            lines.append(f"  error: {error['doc_id']} [{error['stage']}/{error['error_type']}] {error['message']}")
+        if len(self.errors) > 10:
+            lines.append(f"  ... and {len(self.errors) - 10} more in {self.output_url}/errors")
+        return "\n".join(lines)
+
+
+def new_run_id() -> str:
+    """A run id that sorts by start time: ``20261130T101500Z-3f9a1c``."""
+    return f"{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}-{secrets.token_hex(3)}"
+
+
+def _local_path(url: str) -> Path | None:
+    if "::" in url:
+        return None
+    if url.startswith("file://"):
+        return Path(url[len("file://") :]).resolve()
+    if "://" not in url:
+        return Path(url).resolve()
+    return None
+
+
+def check_output_location(config: RunConfig) -> None:
+    """Refuse an output that is an input or lies inside an input folder, before anything is written."""
+    output = config.output.url or ""
+    output_local = _local_path(output)
+    for raw in config.input.paths:
+        input_local = _local_path(raw.split("*", 1)[0])
+        if output_local is not None and input_local is not None:
+            if output_local == input_local or input_local in output_local.parents:
+                raise ConfigError(f"output {output} is inside input {raw}: its files would be read as input")
+        elif "://" in output and "://" in raw:
+            input_prefix = raw.split("*", 1)[0].rstrip("/")
+            if output.rstrip("/") == input_prefix or output.startswith(input_prefix + "/"):
+                raise ConfigError(f"output {output} is inside input {raw}: its files would be read as input")
+    if output.startswith("memory://") and config.run.workers > 0:
+        raise ConfigError("memory:// output needs the in-process runner: worker processes cannot share memory")
+
+
+def _pipeline_options(config: RunConfig, beam_args: list[str]) -> tuple[Any, PipelineOptions]:
+    options = PipelineOptions(beam_args)
+    if "--runner" in " ".join(beam_args):
+        return None, options
+    direct = options.view_as(DirectOptions)
+    if config.run.workers > 0:
+        direct.direct_running_mode = "multi_processing"
+        direct.direct_num_workers = config.run.workers
+    else:
+        direct.direct_running_mode = "in_memory"
+        direct.direct_num_workers = 1
+    return FnApiRunner(), options
+
+
+def build_pipeline(pipeline: beam.Pipeline, config: RunConfig, run_id: str) -> None:
+    """Add chunkline's transforms to ``pipeline``: read, chunk and stage the tables of one run."""
+    secret_values = tuple(config.secrets())
+    settings = WriteSettings(
+        staging_url=staging_url(config.output.url or "", run_id),
+        shards=config.output.shards,
+        row_group_rows=config.output.row_group_rows,
+        compression=config.output.compression,
+        storage_options=dict(config.output.storage_options),
+    )
+    sources = pipeline | "ReadMarkdown" >> ReadMarkdown(config.input, secret_values)
+    rows = sources | "ChunkDocuments" >> ChunkDocuments(config.chunking, config.input.encoding_errors, secret_values)
+    _ = {
+        "chunks": rows.chunks,
+        "documents": rows.documents,
+        "errors": rows.errors,
+    } | "WriteChunkTables" >> WriteChunkTables(settings)
+
+
+def _versions(config: RunConfig) -> dict[str, str]:
+    versions = {"chunkline": __version__, "python": platform.python_version()}
+    for package in ("apache-beam", "pyarrow", "tiktoken", "markdown-it-py", "fsspec"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = "unknown"
+    versions["tokenizer"] = config.chunking.tokenizer
+    return versions
+
+
+def run_pipeline(config: RunConfig, beam_args: list[str] | None = None) -> RunSummary:
+    """Run the pipeline for ``config`` and publish its dataset; returns the run's summary.
+
+    If the pipeline fails, what it staged is removed and the published dataset is left untouched."""
+    check_output_location(config)
+    output_url = config.output.url or ""
+    url_to_fs(output_url, **config.output.storage_options)  # a bad URL or missing package fails here, early
+    run_id = new_run_id()
+    started = time.perf_counter()
+    runner, options = _pipeline_options(config, list(beam_args or []))
+    pipeline = beam.Pipeline(runner=runner, options=options)
+    build_pipeline(pipeline, config, run_id)
+    logger.info("chunkline: run %s reading %s", run_id, ", ".join(config.input.paths))
+    try:
+        pipeline.run().wait_until_finish()
+    except BaseException:
+        discard_run(output_url, run_id, config.output.storage_options)
+        raise
+    pipeline_seconds = time.perf_counter() - started
+    counts = _staged_counts(output_url, run_id, config)
+    published = publish_run(
+        output_url,
+        run_id,
+        {
+            "config": config.to_public_dict(),
+            "chunking_fingerprint": config.chunking.fingerprint(),
+            "versions": _versions(config),
+            "counts": counts,
+            "timings": {"pipeline_seconds": round(pipeline_seconds, 3)},
+        },
+        config.output.storage_options,
+    )
+    total_seconds = time.perf_counter() - started
+    errors = read_dataset(output_url, "errors", storage_options=config.output.storage_options).to_pylist()
+    return RunSummary(
+        output_url=output_url,
+        run_id=published.run_id,
+        documents_ok=counts["documents_ok"],
+        documents_error=counts["documents_error"],
+        documents_skipped=counts["documents_skipped"],
+        chunks=counts["chunks"],
+        tokens=counts["tokens"],
+        input_bytes=counts["input_bytes"],
+        pipeline_seconds=pipeline_seconds,
+        total_seconds=total_seconds,
+        errors=errors,
+    )
+
+
+def _staged_counts(output_url: str, run_id: str, config: RunConfig) -> dict[str, int]:
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    fs, root = url_to_fs(staging_url(output_url, run_id), **config.output.storage_options)
+    counts = {"documents_ok": 0, "documents_error": 0, "documents_skipped": 0, "chunks": 0, "tokens": 0, "input_bytes": 0, "errors": 0}
+    for table, columns in (("documents", ["status", "size_bytes"]), ("chunks", ["token_count"]), ("errors", ["stage"])):
+        folder = f"{root.rstrip('/')}/{table}"
+        if not fs.exists(folder):
+            continue
+        for path in sorted(fs.find(folder)):
+            with fs.open(path, "rb") as handle:
+                part = pq.read_table(handle, columns=columns)
+            if table == "documents":
+                for status in ("ok", "error", "skipped"):
+                    counts[f"documents_{status}"] += pc.sum(pc.equal(part["status"], status)).as_py() or 0
+                counts["input_bytes"] += pc.sum(part["size_bytes"]).as_py() or 0
+            elif table == "chunks":
+                counts["chunks"] += part.num_rows
+                counts["tokens"] += pc.sum(part["token_count"]).as_py() or 0
+            else:
+                counts["errors"] += part.num_rows
+    return counts

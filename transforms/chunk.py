@@ -1,0 +1,214 @@
+"""``ChunkDocuments``: decode each file and chunk it with the configured strategy.
+
+The output is three tagged PCollections of plain dict rows, one per table of the dataset: ``chunks``,
+``documents`` (exactly one row per input document, whatever became of it) and ``errors``. Bad input never
+raises: a binary file, invalid UTF-8 under ``encoding_errors: strict``, a file that was too large or could
+not be read, or a document the strategy fails on each becomes one ``errors`` row and a ``documents`` row
+with status ``error``, and the run goes on.
+
+The tokenizer is loaded once per worker in ``DoFn.setup()``, from a local file (never the network).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Iterator
+from datetime import date, datetime
+from typing import Any
+
+import apache_beam as beam
+from apache_beam import pvalue
+
+from chunkline.config import ChunkConfig
+from chunkline.engine import chunk_document
+from chunkline.structure import parse_markdown
+from chunkline.tokenizers import get_token_counter
+from chunkline.transforms.read import FileProblem, SourceFile, scrub
+
+__all__ = ["ChunkDocuments", "decode_markdown", "looks_binary", "CHUNKS", "DOCUMENTS", "ERRORS"]
+
+CHUNKS, DOCUMENTS, ERRORS = "chunks", "documents", "errors"
+
+logger = logging.getLogger("chunkline")
+
+# Share of control characters (other than tab, line breaks and form feed) above which text is binary.
+_BINARY_CONTROL_SHARE = 0.10
+_BINARY_SAMPLE_BYTES = 8192
+_TEXT_CONTROLS = {9, 10, 12, 13}
+
+
+def looks_binary(data: bytes) -> bool:
+    """True for bytes that are not text: NUL bytes in invalid UTF-8, or mostly control characters."""
+    sample = data[:_BINARY_SAMPLE_BYTES]
+    if not sample:
+        return False
+    controls = sum(1 for byte in sample if byte < 32 and byte not in _TEXT_CONTROLS)
+    if controls / len(sample) > _BINARY_CONTROL_SHARE:
+        return True
+    if b"\x00" in sample:
+        try:
+            sample.decode("utf-8")
+        except UnicodeDecodeError as error:
+            # A sample cut inside a character is not proof of anything; a bad byte earlier is.
+            return error.start < len(sample) - 4
+    return False
+
+
+def decode_markdown(data: bytes, errors: str) -> tuple[str, str]:
+    """(text, encoding label). A byte order mark stays in the text, so byte offsets match the file."""
+    if errors == "strict":
+        return data.decode("utf-8"), "utf-8"
+    text = data.decode("utf-8", errors="replace")
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return text, "utf-8 (replaced)"
+    return text, "utf-8"
+
+
+def _json_default(value: Any) -> str:
+    if isinstance(value, (datetime, date)):
+        return value.isoformat()
+    return str(value)
+
+
+class _ChunkDocumentsFn(beam.DoFn):
+    _PROGRESS_SECONDS = 10.0
+
+    def __init__(self, config: ChunkConfig, encoding_errors: str, secrets: tuple[str, ...]):
+        self._config = config
+        self._encoding_errors = encoding_errors
+        self._secrets = secrets
+
+    def setup(self) -> None:
+        self._counter = get_token_counter(self._config.tokenizer, self._config.tokenizer_file)
+        self._documents_done = 0
+        self._bytes_done = 0
+        self._last_report = time.monotonic()
+
+    def process(self, source: SourceFile) -> Iterator[Any]:
+        if source.problem is not None:
+            yield from self._problem_rows(source, source.problem)
+            return
+        data = source.data or b""
+        document_row = self._document_row(source, data)
+        try:
+            if looks_binary(data):
+                raise _Problem("decode", "BinaryFile", "file is binary, not markdown text")
+            try:
+                text, encoding = decode_markdown(data, self._encoding_errors)
+            except UnicodeDecodeError as error:
+                raise _Problem(
+                    "decode",
+                    "InvalidUtf8",
+                    f"not valid UTF-8 at byte {error.start} ({error.reason}); fix the file or set "
+                    "input.encoding_errors: replace to chunk it with U+FFFD in place of bad bytes",
+                ) from None
+            document_row["encoding"] = encoding
+            document = parse_markdown(text)
+            front_matter = document.front_matter
+            if front_matter is not None and front_matter.error is not None:
+                raise _Problem("parse", "InvalidFrontMatter", front_matter.error)
+            try:
+                chunks = chunk_document(
+                    document, self._config, self._counter, doc_id=source.doc_id, source_uri=source.source_uri
+                )
+            except Exception as error:  # a strategy's failure on one document must not stop the run
+                raise _Problem("chunk", type(error).__name__, str(error)) from None
+        except _Problem as problem:
+            yield from self._problem_rows(source, FileProblem(problem.stage, problem.error_type, problem.message), document_row)
+            return
+        token_total = 0
+        for chunk in chunks:
+            token_total += chunk.token_count
+            yield pvalue.TaggedOutput(CHUNKS, chunk.to_dict())
+        document_row.update(
+            status="ok",
+            chunk_count=len(chunks),
+            token_count=token_total,
+            title=document.title,
+            front_matter=(
+                json.dumps(front_matter.data, sort_keys=True, ensure_ascii=False, default=_json_default)
+                if front_matter is not None
+                else None
+            ),
+        )
+        yield pvalue.TaggedOutput(DOCUMENTS, document_row)
+        self._progress(len(data))
+
+    def _progress(self, size: int) -> None:
+        self._documents_done += 1
+        self._bytes_done += size
+        now = time.monotonic()
+        if now - self._last_report >= self._PROGRESS_SECONDS:
+            self._last_report = now
+            logger.info(
+                "chunkline: %d documents chunked so far by this worker (%.1f MB)",
+                self._documents_done,
+                self._bytes_done / 1e6,
+            )
+
+    @staticmethod
+    def _document_row(source: SourceFile, data: bytes | None) -> dict[str, Any]:
+        return {
+            "doc_id": source.doc_id,
+            "source_uri": source.source_uri,
+            "status": "error",
+            "size_bytes": source.size_bytes,
+            "content_sha256": hashlib.sha256(data).hexdigest() if data is not None else None,
+            "modified_time": source.modified_time,
+            "encoding": None,
+            "chunk_count": 0,
+            "token_count": 0,
+            "title": None,
+            "front_matter": None,
+            "message": None,
+        }
+
+    def _problem_rows(
+        self, source: SourceFile, problem: FileProblem, document_row: dict[str, Any] | None = None
+    ) -> Iterator[Any]:
+        message = scrub(problem.message, self._secrets)
+        row = document_row or self._document_row(source, source.data)
+        row.update(status="skipped" if problem.skipped else "error", message=message)
+        if problem.stage != "match" or source.path:
+            yield pvalue.TaggedOutput(DOCUMENTS, row)
+        if not problem.skipped:
+            yield pvalue.TaggedOutput(
+                ERRORS,
+                {
+                    "doc_id": source.doc_id,
+                    "source_uri": source.source_uri,
+                    "stage": problem.stage,
+                    "error_type": problem.error_type,
+                    "message": message,
+                },
+            )
+
+
+class _Problem(Exception):
+    def __init__(self, stage: str, error_type: str, message: str):
+        super().__init__(message)
+        self.stage = stage
+        self.error_type = error_type
+        self.message = message
+
+
+class ChunkDocuments(beam.PTransform):
+    """Chunk :class:`SourceFile` elements into ``chunks``, ``documents`` and ``errors`` rows (tagged outputs)."""
+
+    def __init__(self, config: ChunkConfig, encoding_errors: str = "strict", secrets: tuple[str, ...] = ()):
+        super().__init__()
+        if encoding_errors not in ("strict", "replace"):
+            raise ValueError(f"encoding_errors must be 'strict' or 'replace', got {encoding_errors!r}")
+        self._config = config
+        self._encoding_errors = encoding_errors
+        self._secrets = tuple(secrets)
+
+    def expand(self, sources: beam.PCollection[SourceFile]) -> pvalue.DoOutputsTuple:
+        return sources | "Chunk" >> beam.ParDo(
+            _ChunkDocumentsFn(self._config, self._encoding_errors, self._secrets)
+        ).with_outputs(CHUNKS, DOCUMENTS, ERRORS)

@@ -1,0 +1,242 @@
+"""``ReadMarkdown``: find markdown files on any fsspec storage and read their bytes.
+
+Inputs are fsspec URLs: a folder (every file with one of ``extensions`` below it), a glob
+(``s3://bucket/docs/**/*.md``) or a single file, on any protocol fsspec knows, chained ones included
+(``zip::file:///corpus.zip``). Each file's ``doc_id`` is its POSIX path relative to the input's root (the
+folder, the part of a glob before its first wildcard, or a single file's folder).
+
+The transform matches files in a DoFn, groups the matches by ``doc_id`` (which spreads the reads across
+workers and settles two inputs that hold the same ``doc_id``: the first input wins, the others are
+reported as skipped), then reads each file in a DoFn that builds its filesystems once per worker. A file
+that cannot be read is not an exception: it comes out as a :class:`SourceFile` with ``error`` set.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import posixpath
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from typing import Any
+
+import apache_beam as beam
+import fsspec
+from fsspec.core import url_to_fs
+
+from chunkline.pipelines.config import InputConfig
+
+__all__ = ["ReadMarkdown", "SourceFile", "FileProblem", "match_input", "scrub"]
+
+_GLOB_CHARACTERS = "*?["
+
+
+@dataclass(frozen=True)
+class FileProblem:
+    """Why a file could not be read (or was skipped)."""
+
+    stage: str
+    error_type: str
+    message: str
+    skipped: bool = False
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    """A matched file, and its bytes once read."""
+
+    doc_id: str
+    source_uri: str
+    input_index: int
+    """Position of the input (in ``input.paths``) the file was found under."""
+    path: str
+    """The file's path in its filesystem (what ``fs.open`` takes)."""
+    size_bytes: int | None
+    modified_time: datetime | None
+    data: bytes | None = None
+    problem: FileProblem | None = None
+
+
+def scrub(message: str, secrets: tuple[str, ...]) -> str:
+    """``message`` with every secret value replaced by ``***``."""
+    for secret in secrets:
+        if secret and secret in message:
+            message = message.replace(secret, "***")
+    return message
+
+
+def _modified_time(info: dict[str, Any]) -> datetime | None:
+    for key in ("mtime", "LastModified", "last_modified", "updated", "modified", "created"):
+        value = info.get(key)
+        if value is None:
+            continue
+        if isinstance(value, datetime):
+            return value.astimezone(timezone.utc) if value.tzinfo else value.replace(tzinfo=timezone.utc)
+        if isinstance(value, (int, float)):
+            return datetime.fromtimestamp(float(value), tz=timezone.utc)
+        if isinstance(value, str):
+            try:
+                parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+            except ValueError:
+                continue
+            return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+    return None
+
+
+def _glob_root(path: str) -> str:
+    parts = path.split("/")
+    for number, part in enumerate(parts):
+        if any(character in part for character in _GLOB_CHARACTERS):
+            return "/".join(parts[:number])
+    return path
+
+
+def _safe_doc_id(path: str, root: str) -> str | None:
+    """``path`` relative to ``root`` as a clean POSIX path, or None if it escapes the root."""
+    relative = posixpath.relpath(path, root) if root else path.lstrip("/")
+    relative = posixpath.normpath(relative)
+    if relative in (".", "") or relative.startswith("../") or relative == ".." or relative.startswith("/"):
+        return None
+    return relative
+
+
+def _selected(doc_id: str, config: InputConfig) -> bool:
+    if config.include and not any(fnmatch.fnmatchcase(doc_id, pattern) for pattern in config.include):
+        return False
+    return not any(fnmatch.fnmatchcase(doc_id, pattern) for pattern in config.exclude)
+
+
+def match_input(url: str, input_index: int, config: InputConfig) -> Iterator[SourceFile]:
+    """Every file an input URL names, with its doc_id, size and modification time."""
+    fs, path = url_to_fs(url, **config.storage_options)
+    path = path.rstrip("/") if path not in ("", "/") else path
+    if any(character in path for character in _GLOB_CHARACTERS):
+        root = _glob_root(path)
+        found = fs.glob(path, detail=True)
+        entries = {name: info for name, info in found.items() if info.get("type") == "file"}
+    elif fs.isdir(path):
+        root = path
+        extensions = tuple(extension.lower() for extension in config.extensions)
+        entries = {
+            name: info
+            for name, info in fs.find(path, detail=True).items()
+            if info.get("type") == "file" and name.lower().endswith(extensions)
+        }
+    elif fs.isfile(path):
+        root = posixpath.dirname(path)
+        entries = {path: fs.info(path)}
+    else:
+        raise FileNotFoundError(f"input {url} does not exist")
+    for name in sorted(entries):
+        doc_id = _safe_doc_id(name, root)
+        if doc_id is None or not _selected(doc_id, config):
+            continue
+        info = entries[name]
+        size = info.get("size")
+        yield SourceFile(
+            doc_id=doc_id,
+            source_uri=_source_uri(fs, name),
+            input_index=input_index,
+            path=name,
+            size_bytes=int(size) if size is not None else None,
+            modified_time=_modified_time(info),
+        )
+
+
+def _source_uri(fs: fsspec.AbstractFileSystem, path: str) -> str:
+    try:
+        return fs.unstrip_protocol(path)
+    except Exception:  # some chained filesystems cannot say; the path is still useful
+        return path
+
+
+class _MatchFilesFn(beam.DoFn):
+    def __init__(self, config: InputConfig, secrets: tuple[str, ...]):
+        self._config = config
+        self._secrets = secrets
+
+    def process(self, element: tuple[int, str]) -> Iterator[tuple[str, SourceFile]]:
+        input_index, url = element
+        try:
+            for source in match_input(url, input_index, self._config):
+                yield source.doc_id, source
+        except Exception as error:  # an unreachable input is an error row, never a crashed run
+            problem = FileProblem("match", type(error).__name__, scrub(f"cannot list input {url}: {error}", self._secrets))
+            yield url, SourceFile(url, url, input_index, "", None, None, problem=problem)
+
+
+class _ReadFileFn(beam.DoFn):
+    """Reads one matched file; filesystems are built once per worker and input."""
+
+    def __init__(self, config: InputConfig, secrets: tuple[str, ...]):
+        self._config = config
+        self._secrets = secrets
+        self._filesystems: dict[int, fsspec.AbstractFileSystem] = {}
+
+    def setup(self) -> None:
+        self._filesystems = {
+            index: url_to_fs(url, **self._config.storage_options)[0] for index, url in enumerate(self._config.paths)
+        }
+
+    def process(self, element: tuple[str, Any]) -> Iterator[SourceFile]:
+        doc_id, matches = element
+        candidates = sorted(matches, key=lambda source: source.input_index)
+        chosen, others = candidates[0], candidates[1:]
+        for other in others:
+            yield replace(
+                other,
+                problem=FileProblem(
+                    "match",
+                    "DuplicateDocId",
+                    f"doc_id {doc_id} is also in input {chosen.input_index + 1} "
+                    f"({chosen.source_uri}), which is used instead",
+                    skipped=True,
+                ),
+            )
+        if chosen.problem is not None:
+            yield chosen
+            return
+        yield self._read(chosen)
+
+    def _read(self, source: SourceFile) -> SourceFile:
+        limit = self._config.max_file_bytes
+        if source.size_bytes is not None and source.size_bytes > limit:
+            return replace(source, problem=self._too_large(source.size_bytes, limit))
+        try:
+            with self._filesystems[source.input_index].open(source.path, "rb") as handle:
+                data = handle.read(limit + 1)
+        except Exception as error:  # vanished, unreadable, permission denied, storage failure
+            message = scrub(f"cannot read {source.source_uri}: {error}", self._secrets)
+            return replace(source, problem=FileProblem("read", type(error).__name__, message))
+        if len(data) > limit:
+            return replace(source, problem=self._too_large(None, limit))
+        return replace(source, data=data, size_bytes=len(data))
+
+    @staticmethod
+    def _too_large(size: int | None, limit: int) -> FileProblem:
+        size_text = f"{size:,} bytes" if size is not None else "more"
+        return FileProblem(
+            "read",
+            "FileTooLarge",
+            f"file has {size_text}, over input.max_file_bytes ({limit:,}); raise the limit to chunk it",
+        )
+
+
+class ReadMarkdown(beam.PTransform):
+    """Match the inputs' markdown files and read them: a PCollection of :class:`SourceFile`."""
+
+    def __init__(self, config: InputConfig, secrets: tuple[str, ...] = ()):
+        super().__init__()
+        if not config.paths:
+            raise ValueError("ReadMarkdown needs at least one input path")
+        self._config = config
+        self._secrets = tuple(secrets)
+
+    def expand(self, pipeline: beam.pvalue.PBegin) -> beam.PCollection[SourceFile]:
+        return (
+            pipeline
+            | "Inputs" >> beam.Create(list(enumerate(self._config.paths)))
+            | "MatchFiles" >> beam.ParDo(_MatchFilesFn(self._config, self._secrets))
+            | "GroupByDocId" >> beam.GroupByKey()
+            | "ReadFiles" >> beam.ParDo(_ReadFileFn(self._config, self._secrets))
+        )
