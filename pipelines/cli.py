@@ -145,8 +145,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
 
+class _BeamImportNoise(logging.Filter):
+    """Drops the warning Beam logs at import about Google Cloud clients chunkline does not use."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("apitools not found")
+
+
 def _configure_logging() -> None:
     logging.basicConfig(format="%(message)s", level=logging.WARNING)
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_BeamImportNoise())
     logging.getLogger("chunkline").setLevel(logging.INFO)
     # Beam warns at import about optional cloud clients that chunkline does not use.
     logging.getLogger("apache_beam").setLevel(logging.ERROR)

@@ -25,8 +25,10 @@ from pathlib import Path
 from typing import Any
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions
-from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.portability.api import beam_provision_api_pb2
+from apache_beam.runners.portability.fn_api_runner import fn_runner
+from apache_beam.runners.portability.portable_runner import JobServiceHandle
 from fsspec.core import url_to_fs
 
 from chunkline import __version__
@@ -109,17 +111,26 @@ def check_output_location(config: RunConfig) -> None:
 
 
 def _pipeline_options(config: RunConfig, beam_args: list[str]) -> tuple[Any, PipelineOptions]:
-    options = PipelineOptions(beam_args)
-    if "--runner" in " ".join(beam_args):
-        return None, options
-    direct = options.view_as(DirectOptions)
+    """The runner and options: the user's ``--runner`` if given, else the FnApiRunner (in-process, or
+    multi-processing with ``run.workers``)."""
+    if any(argument == "--runner" or argument.startswith("--runner=") for argument in beam_args):
+        return None, PipelineOptions(beam_args)
+    arguments = list(beam_args)
     if config.run.workers > 0:
-        direct.direct_running_mode = "multi_processing"
-        direct.direct_num_workers = config.run.workers
+        arguments += ["--direct_running_mode=multi_processing", f"--direct_num_workers={config.run.workers}"]
+        if not any(argument.startswith("--default_sdk_harness_log_level") for argument in arguments):
+            # Worker processes log every channel they open at INFO; keep their warnings and chunkline's progress.
+            arguments += [
+                "--default_sdk_harness_log_level=WARNING",
+                '--sdk_harness_log_level_overrides={"chunkline": "INFO"}',
+            ]
     else:
-        direct.direct_running_mode = "in_memory"
-        direct.direct_num_workers = 1
-    return FnApiRunner(), options
+        arguments += ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
+    options = PipelineOptions(arguments)
+    # As Beam's DirectRunner does: hand the options to the worker processes through the provision info.
+    encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
+    provision_info = fn_runner.ExtendedProvisionInfo(beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded))
+    return fn_runner.FnApiRunner(provision_info=provision_info), options
 
 
 def build_pipeline(pipeline: beam.Pipeline, config: RunConfig, run_id: str) -> None:
@@ -134,11 +145,7 @@ def build_pipeline(pipeline: beam.Pipeline, config: RunConfig, run_id: str) -> N
     )
     sources = pipeline | "ReadMarkdown" >> ReadMarkdown(config.input, secret_values)
     rows = sources | "ChunkDocuments" >> ChunkDocuments(config.chunking, config.input.encoding_errors, secret_values)
-    _ = {
-        "chunks": rows.chunks,
-        "documents": rows.documents,
-        "errors": rows.errors,
-    } | "WriteChunkTables" >> WriteChunkTables(settings)
+    _ = rows | "WriteChunkTables" >> WriteChunkTables(settings)
 
 
 def _versions(config: RunConfig) -> dict[str, str]:

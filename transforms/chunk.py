@@ -1,7 +1,8 @@
 """``ChunkDocuments``: decode each file and chunk it with the configured strategy.
 
-The output is three tagged PCollections of plain dict rows, one per table of the dataset: ``chunks``,
-``documents`` (exactly one row per input document, whatever became of it) and ``errors``. Bad input never
+The output is one PCollection of ``(table, row)`` pairs, ``row`` a plain dict of one of the dataset's
+tables: ``chunks``, ``documents`` (exactly one row per input document, whatever became of it) and
+``errors``. (One output rather than three tagged ones: the DaskRunner mixes up tagged outputs.) Bad input never
 raises: a binary file, invalid UTF-8 under ``encoding_errors: strict``, a file that was too large or could
 not be read, or a document the strategy fails on each becomes one ``errors`` row and a ``documents`` row
 with status ``error``, and the run goes on.
@@ -20,7 +21,6 @@ from datetime import date, datetime
 from typing import Any
 
 import apache_beam as beam
-from apache_beam import pvalue
 
 from chunkline.config import ChunkConfig
 from chunkline.engine import chunk_document
@@ -124,7 +124,7 @@ class _ChunkDocumentsFn(beam.DoFn):
         token_total = 0
         for chunk in chunks:
             token_total += chunk.token_count
-            yield pvalue.TaggedOutput(CHUNKS, chunk.to_dict())
+            yield (CHUNKS, chunk.to_dict())
         document_row.update(
             status="ok",
             chunk_count=len(chunks),
@@ -136,7 +136,7 @@ class _ChunkDocumentsFn(beam.DoFn):
                 else None
             ),
         )
-        yield pvalue.TaggedOutput(DOCUMENTS, document_row)
+        yield DOCUMENTS, document_row
         self._progress(len(data))
 
     def _progress(self, size: int) -> None:
@@ -175,9 +175,9 @@ class _ChunkDocumentsFn(beam.DoFn):
         row = document_row or self._document_row(source, source.data)
         row.update(status="skipped" if problem.skipped else "error", message=message)
         if problem.stage != "match" or source.path:
-            yield pvalue.TaggedOutput(DOCUMENTS, row)
+            yield DOCUMENTS, row
         if not problem.skipped:
-            yield pvalue.TaggedOutput(
+            yield (
                 ERRORS,
                 {
                     "doc_id": source.doc_id,
@@ -198,7 +198,7 @@ class _Problem(Exception):
 
 
 class ChunkDocuments(beam.PTransform):
-    """Chunk :class:`SourceFile` elements into ``chunks``, ``documents`` and ``errors`` rows (tagged outputs)."""
+    """Chunk :class:`SourceFile` elements into ``(table, row)`` pairs for ``chunks``, ``documents`` and ``errors``."""
 
     def __init__(self, config: ChunkConfig, encoding_errors: str = "strict", secrets: tuple[str, ...] = ()):
         super().__init__()
@@ -208,7 +208,5 @@ class ChunkDocuments(beam.PTransform):
         self._encoding_errors = encoding_errors
         self._secrets = tuple(secrets)
 
-    def expand(self, sources: beam.PCollection[SourceFile]) -> pvalue.DoOutputsTuple:
-        return sources | "Chunk" >> beam.ParDo(
-            _ChunkDocumentsFn(self._config, self._encoding_errors, self._secrets)
-        ).with_outputs(CHUNKS, DOCUMENTS, ERRORS)
+    def expand(self, sources: beam.PCollection[SourceFile]) -> beam.PCollection[tuple[str, dict[str, Any]]]:
+        return sources | "Chunk" >> beam.ParDo(_ChunkDocumentsFn(self._config, self._encoding_errors, self._secrets))

@@ -2,14 +2,16 @@
 
 Rows go to a shard picked by a hash of their ``doc_id``. Each worker buffers the rows of a bundle per
 (table, shard) and spills them, whenever the buffer grows past ``spill_bytes`` and at the end of the bundle,
-to an Arrow IPC file under the run's staging prefix; only the spill files' paths go through the shuffle, so
-no runner ever holds the corpus's rows in memory. One merge per (table, shard) then reads its spill files,
+to an Arrow IPC file in the shard's folder under the run's staging prefix, so no runner ever holds the
+corpus's rows in memory or in a shuffle. Once every spill is written (the spill step is a side input of the
+merge, which makes it wait), one merge per (table, shard) lists the shard's folder, reads its spill files,
 drops the duplicates a retried bundle may have left, sorts the rows by the table's key (``doc_id``,
 ``chunk_index`` for chunks) and writes one zstd Parquet file whose name carries a hash of its bytes:
 ``part-00003-1f2e3d4c5b6a7980.parquet``. The same rows always give the same bytes and the same name,
 whatever the runner, the bundling or the number of workers.
 
-The files land under ``<staging>/<table>/``; publishing them (see ``chunkline.pipelines.publish``) is a
+Nothing depends on outputs emitted from ``finish_bundle`` (the DaskRunner drops them, which is why Beam's
+own Parquet sink writes no rows there). The files land under ``<staging>/<table>/``; publishing them (see ``chunkline.pipelines.publish``) is a
 separate step that runs after the pipeline has succeeded.
 """
 
@@ -27,8 +29,6 @@ import apache_beam as beam
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
-from apache_beam.transforms.window import GlobalWindow
-from apache_beam.utils.windowed_value import WindowedValue
 from fsspec.core import url_to_fs
 
 from chunkline.pipelines.files import parquet_bytes, write_file_atomically
@@ -62,45 +62,49 @@ def _row_size(row: dict[str, Any]) -> int:
 
 
 class _SpillRowsFn(beam.DoFn):
-    """Buffers one table's rows per shard and spills them to Arrow IPC files in the staging area."""
+    """Buffers rows per (table, shard) and spills them to Arrow IPC files in the staging area."""
 
-    def __init__(self, table: str, settings: WriteSettings):
-        self._table = table
+    def __init__(self, settings: WriteSettings):
         self._settings = settings
 
     def setup(self) -> None:
         self._fs, root = url_to_fs(self._settings.staging_url, **(self._settings.storage_options or {}))
-        self._spill_root = f"{root.rstrip('/')}/spill/{self._table}"
-        self._schema = TABLE_SCHEMAS[self._table][0]
+        self._spill_root = f"{root.rstrip('/')}/spill"
 
     def start_bundle(self) -> None:
-        self._rows: dict[int, list[dict[str, Any]]] = defaultdict(list)
+        self._rows: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
         self._buffered_bytes = 0
 
-    def process(self, row: dict[str, Any]) -> Iterator[tuple[tuple[str, int], str]]:
-        shard = shard_of(row["doc_id"], self._settings.shards)
-        self._rows[shard].append(row)
+    def process(self, element: tuple[str, dict[str, Any]]) -> Iterator[int]:
+        table, row = element
+        if table not in TABLE_SCHEMAS:
+            raise ValueError(f"row for unknown table {table!r}")
+        self._rows[(table, shard_of(row["doc_id"], self._settings.shards))].append(row)
         self._buffered_bytes += _row_size(row)
         if self._buffered_bytes >= self._settings.spill_bytes:
-            yield from self._spill()
+            yield self._spill()
 
-    def finish_bundle(self) -> Iterator[WindowedValue]:
-        for key_and_path in self._spill():
-            yield WindowedValue(key_and_path, GlobalWindow().max_timestamp(), [GlobalWindow()])
+    def finish_bundle(self) -> None:
+        self._spill()
 
-    def _spill(self) -> Iterator[tuple[tuple[str, int], str]]:
-        for shard, rows in sorted(self._rows.items()):
+    def _spill(self) -> int:
+        """Write the buffered rows, one file per shard; returns the number of files written."""
+        written = 0
+        for (table_name, shard), rows in sorted(self._rows.items()):
             if not rows:
                 continue
-            table = pa.Table.from_pylist(rows, schema=self._schema)
-            path = f"{self._spill_root}/{shard:05d}/{uuid.uuid4().hex}.arrow"
+            schema = TABLE_SCHEMAS[table_name][0]
+            table = pa.Table.from_pylist(rows, schema=schema)
+            table.validate(full=True)
+            path = f"{self._spill_root}/{table_name}/{shard:05d}/{uuid.uuid4().hex}.arrow"
             sink = io.BytesIO()
-            with ipc.new_file(sink, self._schema) as writer:
+            with ipc.new_file(sink, schema) as writer:
                 writer.write_table(table)
             write_file_atomically(self._fs, path, sink.getvalue())
-            yield (self._table, shard), path
+            written += 1
         self._rows = defaultdict(list)
         self._buffered_bytes = 0
+        return written
 
 
 class _MergeShardFn(beam.DoFn):
@@ -113,14 +117,18 @@ class _MergeShardFn(beam.DoFn):
         self._fs, root = url_to_fs(self._settings.staging_url, **(self._settings.storage_options or {}))
         self._root = root.rstrip("/")
 
-    def process(self, element: tuple[tuple[str, int], Iterable[str]]) -> Iterator[str]:
-        (table_name, shard), spill_paths = element
+    def process(self, element: tuple[str, int], spills_done: Iterable[int] = ()) -> Iterator[str]:
+        table_name, shard = element
         schema, key_columns = TABLE_SCHEMAS[table_name]
+        folder = f"{self._root}/spill/{table_name}/{shard:05d}"
+        spill_paths = self._fs.find(folder) if self._fs.exists(folder) else []
+        if not spill_paths:
+            return
         tables = []
-        for path in sorted(set(spill_paths)):
+        for path in sorted(spill_paths):
             with self._fs.open(path, "rb") as handle:
                 tables.append(ipc.open_file(pa.BufferReader(handle.read())).read_all())
-        table = pa.concat_tables(tables) if tables else schema.empty_table()
+        table = pa.concat_tables(tables)
         table = _sorted_unique(table, key_columns)
         data = parquet_bytes(table, self._settings.row_group_rows, self._settings.compression)
         name = f"part-{shard:05d}-{hashlib.sha256(data).hexdigest()[:16]}.parquet"
@@ -147,7 +155,7 @@ def _sorted_unique(table: pa.Table, key_columns: tuple[str, ...]) -> pa.Table:
 
 
 class WriteChunkTables(beam.PTransform):
-    """Stage the ``chunks``, ``documents`` and ``errors`` rows as sorted Parquet files; outputs their paths."""
+    """Stage ``(table, row)`` pairs as sorted Parquet files, one per non-empty (table, shard); outputs their paths."""
 
     def __init__(self, settings: WriteSettings):
         super().__init__()
@@ -155,17 +163,11 @@ class WriteChunkTables(beam.PTransform):
             raise ValueError("shards must be >= 1")
         self._settings = settings
 
-    def expand(self, tables: dict[str, beam.PCollection]) -> beam.PCollection[str]:
-        unknown = set(tables) - set(TABLE_SCHEMAS)
-        if unknown:
-            raise ValueError(f"unknown tables {sorted(unknown)}; known: {sorted(TABLE_SCHEMAS)}")
-        spilled = [
-            rows | f"Spill{name.title()}" >> beam.ParDo(_SpillRowsFn(name, self._settings))
-            for name, rows in sorted(tables.items())
-        ]
+    def expand(self, rows: beam.PCollection[tuple[str, dict[str, Any]]]) -> beam.PCollection[str]:
+        spills_done = rows | "Spill" >> beam.ParDo(_SpillRowsFn(self._settings))
+        shards = [(name, shard) for name in TABLE_SCHEMAS for shard in range(self._settings.shards)]
         return (
-            spilled
-            | "FlattenSpills" >> beam.Flatten()
-            | "GroupByShard" >> beam.GroupByKey()
-            | "MergeShards" >> beam.ParDo(_MergeShardFn(self._settings))
+            rows.pipeline
+            | "Shards" >> beam.Create(shards)
+            | "MergeShards" >> beam.ParDo(_MergeShardFn(self._settings), spills_done=beam.pvalue.AsList(spills_done))
         )
