@@ -64,7 +64,7 @@ _MIN_FILL = 0.5
 _ESTIMATE_SLACK = 8
 
 
-_OVERLAP_LEVELS = tuple(level for level in BoundaryLevel if level is not BoundaryLevel.CHARACTER)
+_WHOLE_WORD_LEVELS = tuple(level for level in BoundaryLevel if level >= BoundaryLevel.WORD)
 
 
 class _RangeSplitter:
@@ -172,20 +172,26 @@ class _RangeSplitter:
         return self.tokens.count(start, end)
 
     def best_end(self, start: int, limit: int) -> int | None:
-        """The cut after ``start`` and at most at ``limit``: strongest level that fills the budget."""
+        """The cut after ``start`` and at most at ``limit``.
+
+        The strongest level whose furthest cut fills half the budget wins; if none does, the furthest cut
+        between words (or stronger) wins; only when no word ends in reach is a word cut, at a token and
+        then at a character."""
         fallback: int | None = None
-        for level in BoundaryLevel:
-            if level is BoundaryLevel.CHARACTER:
-                found = limit if self.allowed(limit) else None
-            else:
-                found = self.last_allowed(level, start + 1, limit)
+        for level in _WHOLE_WORD_LEVELS:
+            found = self.last_allowed(level, start + 1, limit)
             if found is None:
                 continue
             if self.tokens.estimate(start, found) >= self.max_tokens * _MIN_FILL:
                 return found
             if fallback is None or found > fallback:
                 fallback = found
-        return fallback
+        if fallback is not None:
+            return fallback
+        found = self.last_allowed(BoundaryLevel.TOKEN, start + 1, limit)
+        if found is not None:
+            return found
+        return limit if self.allowed(limit) else None
 
     def piece_from(self, start: int) -> Piece:
         """The longest well-cut piece starting at ``start`` that fits the budget."""
@@ -212,8 +218,9 @@ class _RangeSplitter:
     def overlap_start(self, piece: Piece) -> int:
         """Where the next piece starts: about ``overlap_tokens`` before the end of ``piece``, at a boundary.
 
-        The overlap is sized with the range's tokenization, which can differ from the slice's own count by
-        a token at its edges; only the pieces themselves are held to the exact limit."""
+        The overlap starts between words at the least (no overlap rather than half a word), and is sized
+        with the range's tokenization, which can differ from the slice's own count by a token at its
+        edges; only the pieces themselves are held to the exact limit."""
         if self.overlap_tokens <= 0:
             return piece.end_char
         earliest = self.tokens.char_before_tokens(piece.end_char, self.overlap_tokens)
@@ -221,7 +228,7 @@ class _RangeSplitter:
         high = piece.end_char - 1
         chosen: int | None = None
         estimate = self.tokens.estimate
-        for level in _OVERLAP_LEVELS:
+        for level in _WHOLE_WORD_LEVELS:
             first = next(
                 (
                     position
@@ -316,19 +323,33 @@ def split_token_windows(
             window_start = start
         else:
             window_start = min(aligned_at_or_before(token_ends[min(first_token, token_total) - 1]), previous_end)
+            window_start = max(window_start, pieces[-1].start_char)  # starts never go back
         last_token = first_token + max_tokens
         window_end = end if last_token >= token_total else aligned_at_or_before(token_ends[last_token - 1])
         if window_end <= previous_end:
             window_end = min(_next_aligned(aligned, previous_end, end), end)
-        count = offsets.count(window_start, window_end)
-        while count > max_tokens and window_end > previous_end + 1:
-            shorter = aligned_at_or_before(window_end - 1)
-            window_end = shorter if shorter > previous_end else previous_end + 1
-            count = offsets.count(window_start, window_end)
+        window_end, count = _shrink_to_fit(offsets, aligned_at_or_before, window_start, window_end, previous_end, max_tokens)
+        if count > max_tokens and window_start < previous_end:
+            # Even the shortest step forward is over the limit with this much overlap: drop the overlap.
+            window_start = previous_end
+            window_end, count = _shrink_to_fit(offsets, aligned_at_or_before, window_start, window_end, previous_end, max_tokens)
         pieces.append(Piece(window_start, window_end, count))
         previous_end = window_end
         first_token += stride
     return pieces
+
+
+def _shrink_to_fit(offsets, aligned_at_or_before, window_start: int, window_end: int, previous_end: int, max_tokens: int):
+    """Move ``window_end`` back token by token (never to ``previous_end`` or before) until the window fits;
+    returns the end and the window's exact count, which is over ``max_tokens`` only if even one
+    character past ``previous_end`` is."""
+    floor = max(previous_end, window_start)
+    count = offsets.count(window_start, window_end)
+    while count > max_tokens and window_end > floor + 1:
+        shorter = aligned_at_or_before(window_end - 1)
+        window_end = shorter if shorter > floor else floor + 1
+        count = offsets.count(window_start, window_end)
+    return window_end, count
 
 
 def _next_aligned(aligned: list[int], position: int, end: int) -> int:

@@ -160,6 +160,8 @@ class TokenOffsets:
         if len(cuts) < 2:
             return []
         ends = self._end_chars
+        if len(ends) == 0:
+            return [0] * (len(cuts) - 1)
         positions = np.asarray(cuts, dtype=np.int64)
         before = ends.searchsorted(positions, side="right")
         slots = ends.searchsorted(positions)

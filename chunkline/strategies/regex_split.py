@@ -1,0 +1,143 @@
+"""``regex``: cut the document at every match of a pattern of your own (LocalVectorDB's RegexChunker).
+
+Every match *start* is a cut, so the matched text opens the next chunk: ``pattern: "^## "`` gives one chunk
+per level-2 section, ``pattern: "^(SECTION \\d+): "`` one per ``SECTION n:`` line, ``pattern: "^---$"`` one
+per part between rules (each rule heading the part after it). Text before the first match is a chunk of
+its own. Nothing is dropped: the chunks are verbatim slices that reconstruct the document exactly.
+
+Options:
+
+* ``multiline`` (default true): ``^`` and ``$`` match at every line, as they do in most editors;
+  ``ignore_case`` (default false).
+* Each piece between two matches is one chunk. A piece over ``max_tokens`` is split at its best boundaries
+  (between blocks, lines, sentences, words; see :mod:`chunkline.splitting`) with ``overlap_tokens`` of
+  overlap, as the ``headings`` strategy does; its pieces are marked ``is_sub_split``.
+* ``merge_small`` (default false) packs consecutive pieces into chunks while they fit within
+  ``max_tokens`` instead, for patterns that match often (one piece over the budget is still split alone).
+
+The pattern runs on the `regex <https://pypi.org/project/regex/>`_ module (Python ``re`` syntax, plus a
+few extensions) with a time limit: ``timeout_seconds`` (default 5) per document. A pattern that
+backtracks catastrophically, such as ``(a+)+$`` on a long run of ``a``, raises :class:`RegexTimeoutError`
+for that document -- the pipeline records it as an error row and goes on -- instead of hanging the run.
+A pattern that does not compile is refused when the config is loaded, with the pattern in the message.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import regex
+
+from chunkline.packing import pack_units, units_from_cuts
+from chunkline.record import ChunkSpan
+from chunkline.registry import register_strategy
+from chunkline.splitting import split_at_boundaries
+from chunkline.structure import MarkdownDocument
+from chunkline.token_offsets import TokenOffsets
+from chunkline.tokenizers import TokenCounter
+
+__all__ = ["RegexParams", "RegexTimeoutError", "compile_pattern", "match_starts"]
+
+#: Default time limit of one pattern on one document, in seconds.
+DEFAULT_TIMEOUT_SECONDS = 5.0
+
+
+class RegexTimeoutError(ValueError):
+    """A user's pattern ran longer than its time limit on one document (catastrophic backtracking)."""
+
+
+@functools.lru_cache(maxsize=64)
+def compile_pattern(pattern: str, flags: int = 0) -> regex.Pattern:
+    """``pattern`` compiled with the regex module; a ``ValueError`` naming the pattern if it is invalid."""
+    try:
+        return regex.compile(pattern, flags | regex.VERSION0)
+    except (regex.error, TypeError, OverflowError, RecursionError) as error:
+        raise ValueError(f"pattern {pattern!r} is not a valid regular expression: {error}") from None
+
+
+def check_timeout(timeout_seconds: object) -> None:
+    """A time limit is a positive number of seconds."""
+    if isinstance(timeout_seconds, bool) or not isinstance(timeout_seconds, (int, float)) or not timeout_seconds > 0:
+        raise ValueError(f"timeout_seconds must be a number of seconds > 0, got {timeout_seconds!r}")
+
+
+def finditer_within(compiled: regex.Pattern, text: str, timeout_seconds: float, setting: str = "pattern"):
+    """The matches of ``compiled`` in ``text``, all found within ``timeout_seconds`` in total.
+
+    :class:`RegexTimeoutError` names the pattern and the limit when the search runs out of time."""
+    try:
+        return list(compiled.finditer(text, timeout=timeout_seconds))
+    except TimeoutError:
+        raise RegexTimeoutError(
+            f"{setting} {compiled.pattern!r} did not finish within the time limit of {timeout_seconds:g} s "
+            f"on this document ({len(text)} characters); it probably backtracks catastrophically (nested "
+            f"quantifiers such as (a+)+): simplify it, or raise timeout_seconds"
+        ) from None
+
+
+def match_starts(compiled: regex.Pattern, text: str, timeout_seconds: float) -> list[int]:
+    """Start offset of every match, ascending (within the time limit)."""
+    return [match.start() for match in finditer_within(compiled, text, timeout_seconds)]
+
+
+@dataclass(frozen=True)
+class RegexParams:
+    """Parameters of the ``regex`` strategy."""
+
+    pattern: str
+    """Regular expression whose every match starts a new chunk (required)."""
+    multiline: bool = True
+    """``^`` and ``$`` match at line starts and ends (``re.MULTILINE``)."""
+    ignore_case: bool = False
+    """Match letters case-insensitively (``re.IGNORECASE``)."""
+    merge_small: bool = False
+    """Pack consecutive pieces into chunks while they fit within ``max_tokens``."""
+    timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
+    """Time limit of the pattern on one document; past it the document fails with RegexTimeoutError."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.pattern, str) or not self.pattern:
+            raise ValueError(f"pattern must be a non-empty regular expression, got {self.pattern!r}")
+        for name in ("multiline", "ignore_case", "merge_small"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        check_timeout(self.timeout_seconds)
+        self.compiled()
+
+    def compiled(self) -> regex.Pattern:
+        """The compiled pattern with the configured flags."""
+        flags = (regex.MULTILINE if self.multiline else 0) | (regex.IGNORECASE if self.ignore_case else 0)
+        return compile_pattern(self.pattern, flags)
+
+
+@register_strategy("regex", RegexParams)
+def chunk_by_regex(document: MarkdownDocument, config, counter: TokenCounter) -> list[ChunkSpan]:
+    """One chunk per piece between matches of a pattern; pieces over max_tokens are split."""
+    params: RegexParams = config.params
+    text = document.text
+    if not text:
+        return [ChunkSpan(0, 0, token_count=0)]
+    pieces = units_from_cuts(match_starts(params.compiled(), text, params.timeout_seconds), len(text))
+    offsets = TokenOffsets(text, 0, len(text), counter)
+    if params.merge_small:
+        return pack_units(document, pieces, counter, config.max_tokens, 0, unit_name="pieces", offsets=offsets)
+    counts = offsets.counts_between([start for start, _ in pieces] + [len(text)])
+    spans: list[ChunkSpan] = []
+    for (start, end), token_count in zip(pieces, counts):
+        if token_count <= config.max_tokens:
+            spans.append(ChunkSpan(start, end, None, False, token_count))
+            continue
+        parts = split_at_boundaries(
+            text,
+            document.index,
+            start,
+            end,
+            document.blocks_within(start, end),
+            counter,
+            config.max_tokens,
+            config.overlap_tokens,
+            offsets,
+        )
+        spans.extend(ChunkSpan(part.start_char, part.end_char, None, True, part.token_count) for part in parts)
+    return spans

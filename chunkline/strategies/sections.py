@@ -1,0 +1,172 @@
+"""``sections``: headings are the preferred break points; small sections are packed together whole.
+
+LocalVectorDB's ``sections`` method, on a CommonMark parse:
+
+1. The document's sections are its units: the preamble (text before the first heading, when it is more
+   than whitespace), then one section per document-level heading, running to the next heading of any
+   level. Headings come from the parser, so a ``#`` line inside a fenced or indented code block, an HTML
+   block, a block quote or a list item never starts a section; setext headings do.
+2. Consecutive sections are packed into one chunk while the chunk stays within ``max_tokens``: a run of
+   short sections becomes one chunk, and a section that fits is never cut. A chunk's ``heading_path`` is
+   the path of the section it starts in.
+3. A section over ``max_tokens`` is split on its own at its best boundaries -- between paragraphs and
+   other blocks first, then lines, sentences, words (:mod:`chunkline.splitting`); code blocks, tables and
+   list items that fit stay whole. Its pieces are marked ``is_sub_split``.
+
+``overlap`` counts *sections* the next chunk repeats (default 0: sections typically do not overlap).
+
+``heading_pattern`` replaces markdown headings by a pattern of your own, like LocalVectorDB's
+``SectionDetector(pattern=...)``: a regular expression with exactly two capture groups, the level indicator
+and the heading text, matched line by line (``^`` and ``$`` match at every line), e.g.
+``^(SECTION \\d+): (.+)$``. Every line it matches starts a section, except lines inside fenced or indented
+code. Heading paths then come from those lines: the level is the indicator's length when it is one
+repeated symbol (``##`` is level 2), the number of parts of a dotted number (``2.1`` is level 2), else 1.
+The pattern runs with a time limit of ``timeout_seconds`` per document (see the ``regex`` strategy).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from dataclasses import dataclass
+
+import regex
+
+from chunkline.packing import pack_units, units_from_cuts
+from chunkline.record import ChunkSpan
+from chunkline.registry import register_strategy
+from chunkline.strategies.regex_split import (
+    DEFAULT_TIMEOUT_SECONDS,
+    check_timeout,
+    compile_pattern,
+    finditer_within,
+)
+from chunkline.strategies.units import check_overlap, merge_ranges
+from chunkline.structure import BlockKind, MarkdownDocument
+from chunkline.token_offsets import TokenOffsets
+from chunkline.tokenizers import TokenCounter
+
+__all__ = ["SectionsParams", "custom_headings"]
+
+_CODE_KINDS = frozenset({BlockKind.FENCE, BlockKind.CODE_BLOCK})
+_DOTTED_NUMBER = regex.compile(r"\d+(?:\.\d+)*\.?")
+
+
+@dataclass(frozen=True)
+class SectionsParams:
+    """Parameters of the ``sections`` strategy."""
+
+    overlap: int = 0
+    """Sections the next chunk repeats from the end of the previous one."""
+    heading_pattern: str | None = None
+    """A regex with two groups (level indicator, heading text) whose lines start sections instead of
+    markdown headings; ``None`` uses the document's CommonMark headings."""
+    timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
+    """Time limit of ``heading_pattern`` on one document."""
+
+    def __post_init__(self) -> None:
+        check_overlap(self.overlap, "sections")
+        check_timeout(self.timeout_seconds)
+        if self.heading_pattern is not None:
+            if not isinstance(self.heading_pattern, str) or not self.heading_pattern:
+                raise ValueError(f"heading_pattern must be a regular expression, got {self.heading_pattern!r}")
+            groups = self.compiled().groups
+            if groups != 2:
+                raise ValueError(
+                    f"heading_pattern {self.heading_pattern!r} must have exactly two capture groups "
+                    f"(level indicator, heading text), it has {groups}; use (?:...) for other groups"
+                )
+
+    def compiled(self) -> regex.Pattern:
+        """The compiled ``heading_pattern`` (multi-line)."""
+        return compile_pattern(self.heading_pattern, regex.MULTILINE)
+
+
+@dataclass(frozen=True, slots=True)
+class CustomHeading:
+    """A line matched by ``heading_pattern``."""
+
+    start_char: int
+    """Start of the heading's line."""
+    level: int
+    text: str
+
+
+@register_strategy("sections", SectionsParams)
+def chunk_by_sections(document: MarkdownDocument, config, counter: TokenCounter) -> list[ChunkSpan]:
+    """Sections packed whole within max_tokens; sections over it split at paragraph boundaries."""
+    params: SectionsParams = config.params
+    text = document.text
+    if not text:
+        return [ChunkSpan(0, 0, token_count=0)]
+    offsets = TokenOffsets(text, 0, len(text), counter)
+    if params.heading_pattern is None:
+        units = [(section.start_char, section.end_char) for section in document.sections]
+        return pack_units(
+            document, units, counter, config.max_tokens, params.overlap, unit_name="sections", offsets=offsets
+        )
+    headings = custom_headings(document, params.compiled(), params.timeout_seconds)
+    starts = [heading.start_char for heading in headings]
+    if starts and not text[: starts[0]].strip():
+        starts[0] = 0  # whitespace before the first heading joins its section, as with markdown headings
+    units = units_from_cuts(starts, len(text))
+    spans = pack_units(
+        document, units, counter, config.max_tokens, params.overlap, unit_name="sections", offsets=offsets
+    )
+    return _with_custom_paths(spans, starts, headings)
+
+
+def custom_headings(document: MarkdownDocument, compiled: regex.Pattern, timeout_seconds: float) -> list[CustomHeading]:
+    """The lines ``compiled`` matches outside fenced and indented code, one heading per line."""
+    text = document.text
+    # "\r" alone ends a line too: matched on a copy where every "\r" is "\n" (same length, same offsets).
+    subject = text.replace("\r", "\n") if "\r" in text else text
+    code = merge_ranges(
+        (block.start_char, block.end_char) for block in document.blocks if block.kind in _CODE_KINDS
+    )
+    code_starts = [start for start, _ in code]
+    index = document.index
+    headings: list[CustomHeading] = []
+    for match in finditer_within(compiled, subject, timeout_seconds, "heading_pattern"):
+        line_start = index.line_starts[index.line_of(match.start())]
+        slot = bisect_right(code_starts, line_start) - 1
+        if slot >= 0 and line_start < code[slot][1]:
+            continue
+        if headings and headings[-1].start_char == line_start:
+            continue
+        indicator = (match.group(1) or "").strip()
+        headings.append(CustomHeading(line_start, _level_of(indicator), " ".join((match.group(2) or "").split())))
+    return headings
+
+
+def _level_of(indicator: str) -> int:
+    """A heading level from a level indicator: ``###`` -> 3, ``2.1`` -> 2, anything else 1."""
+    if indicator and len(set(indicator)) == 1 and not indicator[0].isalnum():
+        return len(indicator)
+    if _DOTTED_NUMBER.fullmatch(indicator):
+        return len(indicator.rstrip(".").split("."))
+    return 1
+
+
+def _heading_paths(headings: list[CustomHeading]) -> list[tuple[str, ...]]:
+    """Each custom heading's path: a heading closes every open heading of the same or a deeper level."""
+    stack: list[tuple[int, str]] = []
+    paths = []
+    for heading in headings:
+        while stack and stack[-1][0] >= heading.level:
+            stack.pop()
+        stack.append((heading.level, heading.text))
+        paths.append(tuple(title for _, title in stack))
+    return paths
+
+
+def _with_custom_paths(
+    spans: list[ChunkSpan], starts: list[int], headings: list[CustomHeading]
+) -> list[ChunkSpan]:
+    """``spans`` with the heading path of the custom section each one starts in."""
+    paths = _heading_paths(headings)
+    result = []
+    for span in spans:
+        slot = bisect_right(starts, span.start_char) - 1
+        path = paths[slot] if slot >= 0 else ()
+        result.append(ChunkSpan(span.start_char, span.end_char, path, span.is_sub_split, span.token_count))
+    return result

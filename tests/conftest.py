@@ -1,0 +1,210 @@
+"""Shared fixtures and the reference checks every chunking test relies on.
+
+The reference helpers here are deliberately naive (one character at a time) so that they are obviously
+correct and independent of the engine's own position index.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import uuid
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+import chunkline
+from chunkline.record import CHUNK_UUID_NAMESPACE
+from chunkline.tokenizers import get_token_counter
+
+# Deterministic property tests in CI: the same examples on every run and every machine.
+settings.register_profile(
+    "ci",
+    derandomize=True,
+    deadline=None,
+    print_blob=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.register_profile("explore", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+FIXTURES = Path(__file__).parent / "fixtures" / "markdown"
+
+# Chunk boundaries in CJK prose may follow a full stop without any whitespace after it.
+_CJK_SENTENCE_END = re.compile(r"[\u3002\uff01\uff1f][\"'\u2019\u201d)\]]*\Z")
+
+
+# --------------------------------------------------------------------------------------------------
+# Reference helpers
+# --------------------------------------------------------------------------------------------------
+
+
+def reference_positions(text: str) -> list[tuple[int, int]]:
+    """1-based (line, column) of every character offset 0..len(text), by a plain scan.
+
+    Line breaks are ``\\r\\n``, ``\\r`` and ``\\n`` only; a ``\\r\\n`` pair is one break whose two characters
+    sit on the line they end. Every other character (``\\u2028``, ``\\x85``, ``\\x0c``, tabs...) is one column.
+    """
+    positions = []
+    line, column = 1, 1
+    for offset, character in enumerate(text):
+        positions.append((line, column))
+        ends_line = character == "\n" or (character == "\r" and text[offset + 1 : offset + 2] != "\n")
+        if ends_line:
+            line, column = line + 1, 1
+        else:
+            column += 1
+    positions.append((line, column))
+    return positions
+
+
+def reference_byte_offset(text: str, char_offset: int) -> int:
+    return len(text[:char_offset].encode("utf-8"))
+
+
+def exact_token_count(counter, text: str) -> int:
+    """Token count straight from tiktoken, special-token text treated as ordinary text."""
+    return len(counter.encoding.encode_ordinary(text))
+
+
+def heading_paths_of_sections(document) -> list[tuple[str, ...]]:
+    """Heading path of every section of a parsed document, following the sections' parent links."""
+    paths: list[tuple[str, ...]] = []
+    for section in document.sections:
+        if section.heading is None:
+            paths.append(())
+        elif section.parent is None:
+            paths.append((section.heading,))
+        else:
+            paths.append(paths[section.parent] + (section.heading,))
+    return paths
+
+
+def is_word_boundary(text: str, position: int) -> bool:
+    """A cut at ``position`` cuts no word: it is at an end of the text, next to whitespace, or right
+    after a CJK full stop (scripts without spaces break there)."""
+    if position <= 0 or position >= len(text):
+        return True
+    if text[position - 1].isspace() or text[position].isspace():
+        return True
+    return bool(_CJK_SENTENCE_END.search(text, 0, position))
+
+
+def word_around(text: str, position: int) -> str:
+    """The whitespace-delimited run of characters that contains the cut ``position``."""
+    start = position
+    while start > 0 and not text[start - 1].isspace():
+        start -= 1
+    end = position
+    while end < len(text) and not text[end].isspace():
+        end += 1
+    return text[start:end]
+
+
+#: Blocks that must land whole in one chunk when they fit (product invariant 3, plus the engine's own
+#: promise for indented code and HTML blocks).
+PROTECTED_KINDS = ("fence", "code_block", "table", "list_item", "html_block")
+
+
+def assert_protected_blocks_whole(text: str, chunks, max_tokens: int, counter) -> int:
+    """Every protected block whose content fits in ``max_tokens`` lies inside at least one chunk.
+
+    A block's content is its lines without the trailing whitespace (line break, blank lines) that the
+    parser's block range includes: a block of exactly ``max_tokens`` tokens fits, its line break may not.
+    Returns the number of blocks checked."""
+    from chunkline import parse_markdown
+
+    checked = 0
+    for block in parse_markdown(text).blocks:
+        if block.kind not in PROTECTED_KINDS:
+            continue
+        content = text[block.start_char : block.end_char].rstrip()
+        if not content or exact_token_count(counter, content) > max_tokens:
+            continue
+        start, end = block.start_char, block.start_char + len(content)
+        checked += 1
+        assert any(c.start_char <= start and end <= c.end_char for c in chunks), (
+            f"{block.kind} at {start}..{end} is split: {content!r} "
+            f"(chunks {[(c.start_char, c.end_char) for c in chunks]})"
+        )
+    return checked
+
+
+def assert_invariants(text: str, chunks, config=None, *, doc_id: str = "", source_uri: str = "") -> None:
+    """Every contract a list of chunks of ``text`` must keep, whatever the strategy and input."""
+    config = config or chunkline.ChunkConfig()
+    counter = get_token_counter(config.tokenizer, config.tokenizer_file)
+    assert chunks, "every document, even an empty one, has at least one chunk"
+    positions = reference_positions(text)
+
+    for number, chunk in enumerate(chunks):
+        where = f"chunk {number} ({chunk.start_char}..{chunk.end_char})"
+        assert 0 <= chunk.start_char <= chunk.end_char <= len(text), where
+        assert chunk.text == text[chunk.start_char : chunk.end_char], where
+        assert chunk.char_count == len(chunk.text), where
+        assert chunk.token_count == exact_token_count(counter, chunk.text), where
+        assert chunk.token_count <= config.max_tokens, where
+        assert chunk.start_byte == reference_byte_offset(text, chunk.start_char), where
+        assert chunk.end_byte == reference_byte_offset(text, chunk.end_char), where
+        assert chunk.end_byte - chunk.start_byte == len(chunk.text.encode("utf-8")), where
+        assert (chunk.start_line, chunk.start_column) == positions[chunk.start_char], where
+        last = chunk.end_char - 1 if chunk.end_char > chunk.start_char else chunk.start_char
+        assert (chunk.end_line, chunk.end_column) == positions[last], where
+        assert chunk.chunk_index == number, where
+        assert chunk.chunk_id == f"{doc_id}#{number}", where
+        assert chunk.chunk_uuid == str(uuid.uuid5(CHUNK_UUID_NAMESPACE, chunk.chunk_id)), where
+        assert chunk.content_sha256 == hashlib.sha256(chunk.text.encode("utf-8")).hexdigest(), where
+        assert chunk.doc_id == doc_id and chunk.source_uri == source_uri, where
+        assert chunk.strategy == config.strategy, where
+        assert isinstance(chunk.heading_path, tuple), where
+        assert all(isinstance(title, str) for title in chunk.heading_path), where
+
+    # Ordered, gap-free cover of the whole text; every chunk reaches further than the one before.
+    assert chunks[0].start_char == 0
+    covered = chunks[0].end_char
+    for previous, chunk in zip(chunks, chunks[1:]):
+        assert previous.start_char <= chunk.start_char, (previous.chunk_index, chunk.chunk_index)
+        assert chunk.start_char <= covered, f"gap {covered}..{chunk.start_char} before chunk {chunk.chunk_index}"
+        assert chunk.end_char > covered, f"chunk {chunk.chunk_index} adds nothing to chunk {previous.chunk_index}"
+        covered = chunk.end_char
+    assert covered == len(text)
+    assert chunkline.reconstruct(chunks) == text
+    assert chunkline.reconstruct(list(reversed(chunks))) == text
+
+
+def cut_positions(chunks) -> list[int]:
+    """Where consecutive chunks meet: each chunk's start and the previous chunk's end (they differ when
+    the chunks overlap)."""
+    cuts = []
+    for previous, chunk in zip(chunks, chunks[1:]):
+        cuts.extend(sorted({previous.end_char, chunk.start_char}))
+    return cuts
+
+
+# --------------------------------------------------------------------------------------------------
+# Fixtures
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def counter():
+    """The default tokenizer (cl100k_base), loaded once per test session."""
+    return get_token_counter("cl100k_base")
+
+
+@pytest.fixture(scope="session")
+def read_fixture():
+    """Text of a fixture document, decoded from its bytes with no newline translation."""
+
+    def read(name: str) -> str:
+        return (FIXTURES / name).read_bytes().decode("utf-8")
+
+    return read
+
+
+@pytest.fixture
+def check_invariants():
+    return assert_invariants
