@@ -43,6 +43,10 @@ CHUNK_ENV_PREFIX = "CHUNKLINE_CHUNK_"
 #: Sections of a chunkline config file; this module reads ``chunking``, the pipeline reads the others.
 _SECTIONS = frozenset({"chunking", "input", "output", "run"})
 
+#: The smallest token budget every strategy can keep: one character is at most 4 UTF-8 bytes, and a
+#: byte-level BPE encoding never needs more tokens than bytes.
+MIN_MAX_TOKENS = 4
+
 _COMMON_KEYS = ("strategy", "max_tokens", "overlap_tokens", "tokenizer", "tokenizer_file")
 
 
@@ -64,8 +68,15 @@ class ChunkConfig:
     """The strategy's parameter dataclass; its defaults when not given."""
 
     def __post_init__(self) -> None:
-        if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 1:
-            raise ConfigError(f"chunking.max_tokens must be a whole number >= 1, got {self.max_tokens!r}")
+        if (
+            isinstance(self.max_tokens, bool)
+            or not isinstance(self.max_tokens, int)
+            or self.max_tokens < MIN_MAX_TOKENS
+        ):
+            raise ConfigError(
+                f"chunking.max_tokens must be a whole number >= {MIN_MAX_TOKENS} (one character can take "
+                f"{MIN_MAX_TOKENS} tokens), got {self.max_tokens!r}"
+            )
         if (
             isinstance(self.overlap_tokens, bool)
             or not isinstance(self.overlap_tokens, int)

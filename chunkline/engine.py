@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 
 from chunkline.config import ChunkConfig
@@ -43,12 +43,18 @@ def chunk_document(
     *,
     doc_id: str = "",
     source_uri: str = "",
+    replaced_bytes: Sequence[tuple[int, int]] = (),
 ) -> list[Chunk]:
-    """Chunk an already parsed document with an already loaded tokenizer (what pipeline workers call)."""
+    """Chunk an already parsed document with an already loaded tokenizer (what pipeline workers call).
+
+    ``replaced_bytes`` lists ``(char_offset, byte_length)`` for each U+FFFD that stands for invalid bytes
+    of the file, so that byte offsets still point into the file's bytes."""
     spans = get_strategy(config.strategy).chunk(document, config, counter)
     if not spans:
         spans = [ChunkSpan(0, len(document.text))]
-    return build_chunks(document, spans, config.strategy, counter, doc_id=doc_id, source_uri=source_uri)
+    return build_chunks(
+        document, spans, config.strategy, counter, doc_id=doc_id, source_uri=source_uri, replaced_bytes=replaced_bytes
+    )
 
 
 def build_chunks(
@@ -59,6 +65,7 @@ def build_chunks(
     *,
     doc_id: str = "",
     source_uri: str = "",
+    replaced_bytes: Sequence[tuple[int, int]] = (),
 ) -> list[Chunk]:
     """Chunk records for ``spans``: ids, positions in characters, bytes and lines, token counts, hashes."""
     text = document.text
@@ -66,6 +73,8 @@ def build_chunks(
     byte_at = index.byte_offsets(
         position for span in spans for position in (span.start_char, span.end_char)
     )
+    if replaced_bytes:
+        byte_at = _file_byte_offsets(byte_at, replaced_bytes)
     section_starts = [section.start_char for section in document.sections]
     section_paths = document.section_paths
     chunks = []
@@ -105,6 +114,16 @@ def build_chunks(
             )
         )
     return chunks
+
+
+def _file_byte_offsets(byte_at: dict[int, int], replaced_bytes: Sequence[tuple[int, int]]) -> dict[int, int]:
+    """Offsets into the UTF-8 text moved to offsets into the file: each U+FFFD (3 bytes in the text) stood
+    for ``byte_length`` invalid bytes."""
+    replaced_chars = [char for char, _ in replaced_bytes]
+    shift = [0]
+    for _, byte_length in replaced_bytes:
+        shift.append(shift[-1] + byte_length - 3)
+    return {char: offset + shift[bisect_left(replaced_chars, char)] for char, offset in byte_at.items()}
 
 
 def reconstruct(chunks: Sequence[Chunk]) -> str:

@@ -65,6 +65,19 @@ class Strategy:
     """Frozen dataclass of the strategy's own parameters (the ``chunking.<name>`` config section)."""
     chunk: ChunkFunction
     description: str = ""
+    keeps_blocks_whole: bool = True
+    """Whether fenced code, tables and list items that fit within ``max_tokens`` always land whole in one
+    chunk (PRODUCT invariant 3). False for strategies that cut by a raw unit on purpose (token windows,
+    characters, lines), as their reference systems do."""
+    soft_limit_kinds: frozenset[str] = frozenset()
+    """Block kinds a chunk may consist of and still exceed ``max_tokens``: atomic units the strategy
+    promises never to split (PRODUCT invariant 2's documented soft bound)."""
+    example_params: Any = None
+    """Parameters that make a working example when the defaults cannot (a required pattern, say)."""
+
+    def default_params(self) -> Any:
+        """The defaults, or the example parameters for strategies with required parameters."""
+        return self.example_params if self.example_params is not None else self.params_type()
 
     def parameters(self) -> list[tuple[str, str, Any]]:
         """(name, type, default) of each parameter, for ``chunkline strategies``."""
@@ -98,12 +111,31 @@ def _add(strategy: Strategy) -> Strategy:
 
 
 def register_strategy(
-    name: str, params_type: type = NoParams, *, description: str = ""
+    name: str,
+    params_type: type = NoParams,
+    *,
+    description: str = "",
+    keeps_blocks_whole: bool = True,
+    soft_limit_kinds: frozenset[str] = frozenset(),
+    example_params: Any = None,
 ) -> Callable[[ChunkFunction], ChunkFunction]:
-    """Decorator that registers a chunk function under ``name`` with its parameter dataclass."""
+    """Decorator that registers a chunk function under ``name`` with its parameter dataclass.
+
+    The keyword arguments describe the strategy's guarantees (see :class:`Strategy`); the contract tests
+    hold every registered strategy to them."""
 
     def decorate(function: ChunkFunction) -> ChunkFunction:
-        _add(Strategy(name, params_type, function, description or (function.__doc__ or "").strip()))
+        _add(
+            Strategy(
+                name,
+                params_type,
+                function,
+                description or (function.__doc__ or "").strip(),
+                keeps_blocks_whole,
+                frozenset(soft_limit_kinds),
+                example_params,
+            )
+        )
         return function
 
     return decorate

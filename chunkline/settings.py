@@ -41,6 +41,10 @@ def parse_scalar(raw: str) -> Any:
     try:
         value = yaml.safe_load(raw)
     except yaml.YAMLError:
+        stripped = raw.strip()
+        if stripped.startswith("[") and stripped.endswith("]"):
+            # [*.md, drafts/*]: YAML reads * as an alias; take the items as plain text.
+            return [item.strip() for item in stripped[1:-1].split(",") if item.strip()]
         return raw
     if isinstance(value, (dict, list)) and not raw.strip().startswith(("{", "[")):
         return raw

@@ -163,7 +163,13 @@ class MarkdownDocument:
         Built from the parser's tokens for just that range, so a strategy that looks at a few long sections
         does not pay for the blocks of the whole document."""
         if self._blocks is not None:
-            return [block for block in self._blocks if start_char <= block.start_char and block.end_char <= end_char]
+            found = []
+            for block in self._blocks[bisect_left(self._blocks, start_char, key=_block_start) :]:
+                if block.start_char >= end_char:
+                    break
+                if block.end_char <= end_char:
+                    found.append(block)
+            return found
         if self._block_tokens is None:
             kinds = _BLOCK_TOKEN_KINDS
             positions = [
@@ -344,6 +350,10 @@ def parse_markdown(text: str) -> MarkdownDocument:
         if token.type == "heading_open" and token.level == 0 and token.map is not None
     )
     return MarkdownDocument(text, index, headings, front_matter, tokens)
+
+
+def _block_start(block: Block) -> int:
+    return block.start_char
 
 
 def detect_sections(text: str, headings: tuple[Block, ...]) -> tuple[Section, ...]:

@@ -187,14 +187,15 @@ def _inspect_command(arguments: argparse.Namespace) -> int:
 
 
 def _markdown_files(paths: Sequence[str]) -> Iterator[tuple[Path, str]]:
-    """(file, doc_id) for each path: a file as given, or every markdown file under a folder."""
+    """(file, doc_id) for each path: a file (doc_id its name), or every markdown file under a folder (doc_id
+    its path relative to the folder), as ``chunkline run`` names them."""
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
             for file in sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in MARKDOWN_SUFFIXES):
                 yield file, file.relative_to(path).as_posix()
         else:
-            yield path, path.as_posix()
+            yield path, path.name
 
 
 def _chunk_command(arguments: argparse.Namespace) -> int:
@@ -220,7 +221,7 @@ def _chunk_command(arguments: argparse.Namespace) -> int:
             for chunk in chunks:
                 out.write(json.dumps(chunk.to_dict(), ensure_ascii=False) + "\n")
         else:
-            _print_table(out, doc_id, chunks, config, arguments.preview_chars)
+            _print_table(out, file.as_posix(), chunks, config, arguments.preview_chars)
     if files_done == 0 and failures == 0:
         print("chunkline: no markdown files found in " + ", ".join(arguments.paths), file=sys.stderr)
         return 1
@@ -240,9 +241,9 @@ def _describe_read_error(error: Exception) -> str:
     return f"cannot be read: {error.strerror or error}" if isinstance(error, OSError) else str(error)
 
 
-def _print_table(out: TextIO, doc_id: str, chunks: list[Chunk], config: ChunkConfig, preview_chars: int) -> None:
+def _print_table(out: TextIO, label: str, chunks: list[Chunk], config: ChunkConfig, preview_chars: int) -> None:
     max_tokens = max((chunk.token_count for chunk in chunks), default=0)
-    out.write(f"== {doc_id}: {len(chunks)} chunk(s), largest {max_tokens} of {config.max_tokens} tokens\n")
+    out.write(f"== {label}: {len(chunks)} chunk(s), largest {max_tokens} of {config.max_tokens} tokens\n")
     out.write(f"{'#':>4}  {'lines':>11}  {'tokens':>6}  heading path / text\n")
     for chunk in chunks:
         lines = f"{chunk.start_line}-{chunk.end_line}"

@@ -148,7 +148,10 @@ def discard_run(output_url: str, run_id: str, storage_options: dict[str, Any] | 
     """Remove what a failed run staged (best effort): the published dataset is left as it was."""
     try:
         fs, root = url_to_fs(output_url, **(storage_options or {}))
-        _remove_tree(fs, _join(root.rstrip("/"), STAGING_FOLDER, run_id))
+        staging = _join(root.rstrip("/"), STAGING_FOLDER)
+        _remove_tree(fs, _join(staging, run_id))
+        if fs.exists(staging) and not fs.ls(staging):
+            fs.rmdir(staging)
     except Exception:  # cleaning up must never hide the run's own error
         pass
 
@@ -196,4 +199,11 @@ def read_dataset(
     if columns is not None:
         schema = pa.schema([schema.field(name) for name in columns], metadata=schema.metadata)
     result = pa.concat_tables(parts) if parts else schema.empty_table()
-    return result.to_pandas() if as_pandas else result
+    if not as_pandas:
+        return result
+    frame = result.to_pandas()
+    for field in result.schema:
+        if pa.types.is_list(field.type):
+            # pandas would hold numpy arrays; a list column stays a column of lists.
+            frame[field.name] = result.column(field.name).to_pylist()
+    return frame

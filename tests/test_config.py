@@ -101,7 +101,10 @@ def test_direct_construction_validates_too():
         ChunkConfig(max_tokens=50, overlap_tokens=50)
     with pytest.raises(ConfigError, match="max_tokens"):
         ChunkConfig(max_tokens=0, overlap_tokens=0)
-    assert ChunkConfig(max_tokens=1, overlap_tokens=0).max_tokens == 1
+    # One character can take 4 tokens, so a smaller budget could not be kept.
+    with pytest.raises(ConfigError, match="max_tokens must be a whole number >= 4"):
+        ChunkConfig(max_tokens=3, overlap_tokens=0)
+    assert ChunkConfig(max_tokens=4, overlap_tokens=0).max_tokens == 4
 
 
 # --------------------------------------------------------------------------------------------------

@@ -57,16 +57,33 @@ def looks_binary(data: bytes) -> bool:
     return False
 
 
-def decode_markdown(data: bytes, errors: str) -> tuple[str, str]:
-    """(text, encoding label). A byte order mark stays in the text, so byte offsets match the file."""
+def decode_markdown(data: bytes, errors: str) -> tuple[str, str, list[tuple[int, int]]]:
+    """(text, encoding label, replaced bytes) of a file's bytes.
+
+    A byte order mark stays in the text, so offsets match the file. With ``errors="replace"`` each run of
+    invalid bytes becomes one U+FFFD, and the third item lists ``(char_offset, byte_length)`` for each, so
+    byte offsets can still point into the file."""
     if errors == "strict":
-        return data.decode("utf-8"), "utf-8"
-    text = data.decode("utf-8", errors="replace")
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        return text, "utf-8 (replaced)"
-    return text, "utf-8"
+        return data.decode("utf-8"), "utf-8", []
+    parts: list[str] = []
+    replaced: list[tuple[int, int]] = []
+    position = 0
+    length = 0
+    while True:
+        try:
+            part = data[position:].decode("utf-8")
+        except UnicodeDecodeError as error:
+            part = data[position : position + error.start].decode("utf-8")
+            parts.append(part)
+            length += len(part)
+            replaced.append((length, error.end - error.start))
+            parts.append("\ufffd")
+            length += 1
+            position += error.end
+            continue
+        parts.append(part)
+        break
+    return "".join(parts), ("utf-8 (replaced)" if replaced else "utf-8"), replaced
 
 
 def _json_default(value: Any) -> str:
@@ -99,7 +116,7 @@ class _ChunkDocumentsFn(beam.DoFn):
             if looks_binary(data):
                 raise _Problem("decode", "BinaryFile", "file is binary, not markdown text")
             try:
-                text, encoding = decode_markdown(data, self._encoding_errors)
+                text, encoding, replaced_bytes = decode_markdown(data, self._encoding_errors)
             except UnicodeDecodeError as error:
                 raise _Problem(
                     "decode",
@@ -114,7 +131,12 @@ class _ChunkDocumentsFn(beam.DoFn):
                 raise _Problem("parse", "InvalidFrontMatter", front_matter.error)
             try:
                 chunks = chunk_document(
-                    document, self._config, self._counter, doc_id=source.doc_id, source_uri=source.source_uri
+                    document,
+                    self._config,
+                    self._counter,
+                    doc_id=source.doc_id,
+                    source_uri=source.source_uri,
+                    replaced_bytes=replaced_bytes,
                 )
             except Exception as error:  # a strategy's failure on one document must not stop the run
                 raise _Problem("chunk", type(error).__name__, str(error)) from None

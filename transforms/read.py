@@ -23,6 +23,7 @@ from typing import Any
 import apache_beam as beam
 import fsspec
 from fsspec.core import url_to_fs
+from fsspec.implementations.local import LocalFileSystem
 
 from chunkline.pipelines.config import InputConfig
 
@@ -109,6 +110,8 @@ def _selected(doc_id: str, config: InputConfig) -> bool:
 def match_input(url: str, input_index: int, config: InputConfig) -> Iterator[SourceFile]:
     """Every file an input URL names, with its doc_id, size and modification time."""
     fs, path = url_to_fs(url, **config.storage_options)
+    if isinstance(fs, LocalFileSystem):
+        path = posixpath.normpath(path)
     path = path.rstrip("/") if path not in ("", "/") else path
     if any(character in path for character in _GLOB_CHARACTERS):
         root = _glob_root(path)
@@ -135,7 +138,7 @@ def match_input(url: str, input_index: int, config: InputConfig) -> Iterator[Sou
         size = info.get("size")
         yield SourceFile(
             doc_id=doc_id,
-            source_uri=_source_uri(fs, name),
+            source_uri=_source_uri(fs, name, url),
             input_index=input_index,
             path=name,
             size_bytes=int(size) if size is not None else None,
@@ -143,10 +146,16 @@ def match_input(url: str, input_index: int, config: InputConfig) -> Iterator[Sou
         )
 
 
-def _source_uri(fs: fsspec.AbstractFileSystem, path: str) -> str:
+def _source_uri(fs: fsspec.AbstractFileSystem, path: str, input_url: str) -> str:
+    """A URL that fsspec can open: for a chained input (``zip::file:///corpus.zip``) the member is named
+    inside the chain (``zip://docs/a.md::file:///corpus.zip``)."""
+    if "::" in input_url:
+        first, rest = input_url.split("::", 1)
+        protocol = first.split("://", 1)[0]
+        return f"{protocol}://{path.lstrip('/')}::{rest}"
     try:
         return fs.unstrip_protocol(path)
-    except Exception:  # some chained filesystems cannot say; the path is still useful
+    except Exception:  # a filesystem that cannot say; the path is still useful
         return path
 
 
@@ -180,8 +189,10 @@ class _ReadFileFn(beam.DoFn):
 
     def process(self, element: tuple[str, Any]) -> Iterator[SourceFile]:
         doc_id, matches = element
-        candidates = sorted(matches, key=lambda source: source.input_index)
-        chosen, others = candidates[0], candidates[1:]
+        candidates = sorted(matches, key=lambda source: (source.input_index, source.source_uri))
+        chosen = candidates[0]
+        # The same file reached through two inputs (a folder and a glob over it) is one document.
+        others = [other for other in candidates[1:] if other.source_uri != chosen.source_uri]
         for other in others:
             yield replace(
                 other,

@@ -295,6 +295,8 @@ class _BlocksChunker:
 
 @register_strategy("blocks", BlocksParams)
 def chunk_blocks(document: MarkdownDocument, config, counter: TokenCounter) -> list[ChunkSpan]:
-    """Atomic blocks (paragraphs, code, list items, tables) packed up to a soft byte or token target; a
-    new chunk at every heading; code blocks never split (seed 001)."""
+    """Whole blocks (paragraphs, code, list items, tables) packed to a soft size; a chunk per heading.
+
+    The size target is ``max_bytes`` UTF-8 bytes or ``max_tokens`` tokens; code blocks are never split and
+    every byte is in exactly one chunk (seed 001)."""
     return _BlocksChunker(document, config, counter).chunk()

@@ -32,8 +32,9 @@ How a cut is chosen
    the target beat a weak one right at it: an h2 at 85% of the window (rating 44.5) beats a blank line at
    95% (7.4), and equally an h2 15% before the target (88.6) beats a blank line 5% before it (20.0).
    When the window holds no break point: a target inside a protected block that starts after the chunk's
-   start cuts before that block; otherwise the cut falls at the last word start in the window (QMD cuts
-   at the target itself; a word start is never worse), and at the target only inside one long word.
+   start cuts before that block; otherwise the cut falls at the last word start in the window, or before
+   the window when one word fills it (QMD cuts at the target itself; a word start is never worse), and at
+   the target only when one word fills the whole chunk.
    (Token mode hands that last case to the boundary splitter, which also cuts between words.)
 
 Two modes
@@ -55,8 +56,8 @@ Overlap
 -------
 The next chunk starts ``overlap_chars`` characters (token mode: ``overlap_tokens`` tokens) before the
 previous cut, moved forward to the first start of a non-blank line in the first half of that overlap, or
-failing that to the first word start there, so that a chunk does not begin mid-word; a start that would
-fall inside a protected block moves past it. As in QMD, a chunk never starts at or before the start of the
+failing that to the first word start before the cut: a chunk never begins mid-word (without a word start
+in reach there is no overlap), and a start that would fall inside a protected block moves past it. As in QMD, a chunk never starts at or before the start of the
 chunk emitted before it (it then starts at the cut, without overlap), and every chunk ends further into
 the document than the one before it: when the overlap leaves no room to go further (a protected block
 follows the cut), the chunk starts at the cut. Sub-split pieces that lie wholly in the overlap are dropped.
@@ -361,11 +362,13 @@ class _ScoredChunker:
 
     def _fallback_cut(self, start: int, target: int) -> int:
         """Where to cut when the window holds no break point: before a protected block that holds the
-        target, else at the last word start in the window, else at the target."""
+        target, else at the last word start (in the window if there is one), else at the target."""
         around = self._protected_around(target)
         if around is not None and around[0] > start:
             return around[0]
         word = self._last_word_start(max(start + 1, target - self.params.window_chars), target)
+        if word is None:  # one long word fills the window: look further back, to the chunk's start
+            word = self._last_word_start(start + 1, target)
         if word is None:
             return target
         around = self._protected_around(word)
@@ -435,7 +438,7 @@ class _ScoredChunker:
 
     def _overlap_start(self, cut: int) -> int:
         """Where the chunk after ``cut`` starts: the overlap before the cut, snapped forward to a line
-        start or word start in its first half, and never inside a protected block."""
+        start in its first half or else to a word start, never inside a word or a protected block."""
         if self.by_tokens:
             if self.overlap_tokens <= 0:
                 return cut
@@ -448,8 +451,8 @@ class _ScoredChunker:
         reach = raw + (cut - raw) // 2
         position = self._first_line_with_text(raw, reach)
         if position is None:
-            word = self._first_word_start(raw, reach)
-            position = raw if word is None else word
+            word = self._first_word_start(raw, cut - 1)
+            position = cut if word is None else word
         around = self._protected_around(position)
         if around is not None:
             after = self._first_line_with_text(around[1], cut - 1)
@@ -501,6 +504,8 @@ class _ScoredChunker:
 
 @register_strategy("scored", ScoredParams)
 def chunk_scored(document: MarkdownDocument, config, counter: TokenCounter) -> list[ChunkSpan]:
-    """QMD smart chunking: cut at the best-scored break point (headings > fences > rules > blank lines >
-    list items > lines) before the size target, with quadratic distance decay; chars or exact tokens."""
+    """QMD smart chunking: cuts at the best-scored break point before max_chars or max_tokens.
+
+    Break points score headings > fences > rules > blank lines > list items > lines, with quadratic decay
+    over the distance to the target; ``mode: tokens`` keeps the token limit exactly."""
     return _ScoredChunker(document, config, counter).chunk()

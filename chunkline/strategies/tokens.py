@@ -35,7 +35,7 @@ class TokensParams:
             )
 
 
-@register_strategy("tokens", TokensParams)
+@register_strategy("tokens", TokensParams, keeps_blocks_whole=False)
 def chunk_by_tokens(document: MarkdownDocument, config, counter: TokenCounter) -> list[ChunkSpan]:
     """Windows of max_tokens tokens advancing by max_tokens - overlap_tokens (DocForge size)."""
     pieces = split_token_windows(
