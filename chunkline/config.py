@@ -93,7 +93,13 @@ class ChunkConfig:
         except ValueError as error:
             raise ConfigError(f"chunking.strategy: {error}") from None
         if self.params is None:
-            object.__setattr__(self, "params", strategy.params_type())
+            try:
+                object.__setattr__(self, "params", strategy.params_type())
+            except TypeError as error:  # a parameter without a default
+                raise ConfigError(
+                    f"chunking.{self.strategy} needs parameters of its own ({error}); "
+                    f"`chunkline strategies` lists them"
+                ) from None
         elif not isinstance(self.params, strategy.params_type):
             raise ConfigError(
                 f"chunking.{self.strategy}: expected {strategy.params_type.__name__}, "

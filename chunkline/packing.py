@@ -71,6 +71,10 @@ def pack_units(
                 break
             last += 1
             count = next_count
+        if last <= previous_last and first <= previous_last:
+            # The repeated units leave no room for a new one: repeat fewer, down to none.
+            first += max(1, (previous_last + 1 - first) // 2)
+            continue
         if count > max_tokens:
             # One unit alone is over the budget: split it at its own best boundaries.
             unit_start, unit_end = units[first]

@@ -44,6 +44,15 @@ __all__ = [
 
 ENTRY_POINT_GROUP = "chunkline.strategies"
 
+
+class _Required:
+    def __repr__(self) -> str:
+        return "(required)"
+
+
+#: Shown as the default of a parameter that has none.
+REQUIRED = _Required()
+
 ChunkFunction = Callable[["MarkdownDocument", Any, "TokenCounter"], "list[ChunkSpan]"]
 
 
@@ -86,6 +95,8 @@ class Strategy:
             default = field.default
             if default is dataclasses.MISSING and field.default_factory is not dataclasses.MISSING:
                 default = field.default_factory()
+            elif default is dataclasses.MISSING:
+                default = REQUIRED
             type_name = field.type if isinstance(field.type, str) else getattr(field.type, "__name__", str(field.type))
             rows.append((field.name, type_name, default))
         return rows

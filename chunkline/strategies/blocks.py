@@ -293,7 +293,7 @@ class _BlocksChunker:
         return spans or [ChunkSpan(0, 0, (), False, 0)]
 
 
-@register_strategy("blocks", BlocksParams)
+@register_strategy("blocks", BlocksParams, soft_limit_kinds=SOFT_LIMIT_KINDS)
 def chunk_blocks(document: MarkdownDocument, config, counter: TokenCounter) -> list[ChunkSpan]:
     """Whole blocks (paragraphs, code, list items, tables) packed to a soft size; a chunk per heading.
 

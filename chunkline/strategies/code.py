@@ -30,8 +30,11 @@ and each fence is a unit of its own: a fence that fits within ``max_tokens`` is 
 table, list item or HTML block that fits), and one that is over the budget is cut at its definitions as
 above. Heading paths come from the document's markdown headings.
 
-A document without fences is taken as one source file; its heading paths are empty when the language is
-a programming language (a Python ``# comment`` is not a heading), and markdown's otherwise.
+A document without fences is taken as one source file. When its language is a programming language (set,
+or guessed from at least three keyword signs), markdown means nothing there: its heading paths are empty (a
+Python ``# comment`` is no heading) and no markdown block is protected (an indented method body is no
+indented code block, a ``*`` comment line no list item). With ``generic`` it is still markdown: blank-line
+blocks, markdown heading paths, and fitting tables, list items and HTML blocks kept whole.
 
 Packing and overlap
 -------------------
@@ -54,7 +57,7 @@ from chunkline.record import ChunkSpan
 from chunkline.registry import register_strategy
 from chunkline.splitting import split_at_boundaries
 from chunkline.strategies.units import (
-    boundary_after_whitespace,
+    after_blank_lines,
     check_overlap,
     fitting_protected_ranges,
     keep_ranges_whole,
@@ -62,7 +65,7 @@ from chunkline.strategies.units import (
     paragraph_cuts,
     units_between,
 )
-from chunkline.structure import BlockKind, MarkdownDocument
+from chunkline.structure import PROTECTED_KINDS, BlockKind, MarkdownDocument
 from chunkline.token_offsets import TokenOffsets
 from chunkline.tokenizers import TokenCounter
 
@@ -113,7 +116,10 @@ _JS_ARROW = (
     r"(?:export[ \t]+)?(?:const|let|var)[ \t]+[\w$]+[ \t]*(?::[^=]+)?=[ \t]*(?:async\b[ \t]*)?"
     r"(?:function\b|\([^)]*\)[^=;]*=>|[\w$]+[ \t]*=>|\([ \t]*$|\([^)]*$)"
 )
-_JS_TYPES = r"(?:export[ \t]+)?(?:declare[ \t]+)?(?:interface|enum|namespace)[ \t]+[\w$]|(?:export[ \t]+)?type[ \t]+[\w$]+.*="
+_JS_TYPES = (
+    r"(?:export[ \t]+)?(?:declare[ \t]+)?(?:interface|enum|namespace)[ \t]+[\w$]"
+    r"|(?:export[ \t]+)?type[ \t]+[\w$]+.*="
+)
 _JS_KEYWORDS = r"(?:if|for|while|switch|catch|return|with|do|else|new|typeof|await|yield|throw|super|function)\b"
 _JS_METHOD = (
     rf"(?!{_JS_KEYWORDS})(?:(?:static|async|get|set|public|private|protected|readonly|override|abstract)[ \t]+)*"
@@ -125,8 +131,10 @@ _JAVA_MODIFIERS = (
 )
 _JAVA_TYPE = rf"{_JAVA_MODIFIERS}*(?:class|interface|enum|record|@interface)[ \t]+\w"
 _JAVA_KEYWORDS = r"(?:return|new|else|throw|case|if|for|while|switch|catch|try|do|assert|yield)\b"
+# A return type is a dotted name with optional type arguments and array brackets: Map<String, List<T>>[].
+_JAVA_RETURN_TYPE = r"[\w$.]+(?:<[^()\n]*>)?(?:[ \t]*\[\])*"
 _JAVA_METHOD = (
-    rf"{_JAVA_MODIFIERS}*(?!{_JAVA_KEYWORDS})(?:<[^>]+>[ \t]+)?[\w$][\w$.<>\[\]?, ]*?[ \t]+[\w$]+[ \t]*\([^;]*$"
+    rf"{_JAVA_MODIFIERS}*(?!{_JAVA_KEYWORDS})(?:<[^()\n]*>[ \t]+)?{_JAVA_RETURN_TYPE}[ \t]+[\w$]+[ \t]*\([^;]*$"
     rf"|{_JAVA_MODIFIERS}+[\w$]+[ \t]*\([^;]*$"
 )
 _C_STYLE_ATTACHED = re.compile(r"@|//|/\*|\*")
@@ -161,12 +169,13 @@ _INFO_LANGUAGES = {
     ),
     "java": "java",
 }
+_FENCE_CLOSING = re.compile(r"[ \t>]*(?:`{3,}|~{3,})[ \t]*$")
 _INFO_WORD = re.compile(r"[ \t>]*(?:[-+*]|\d{1,9}[.)])?[ \t]*(?:`{3,}|~{3,})[ \t]*\{?\.?([^\s`{}]*)")
 
 # Keyword signs of each language, counted to guess the language of code without an info string.
 _SIGNS = {
     "python": re.compile(
-        r"^[ \t]*(?:(?:async[ \t]+)?def[ \t]+\w+[ \t]*\(.*\)[^:\n]*:[ \t]*$|class[ \t]+\w+[^\n{;]*:[ \t]*$"
+        r"^[ \t]*(?:(?:async[ \t]+)?def[ \t]+\w+[ \t]*\([^\n]*:[ \t]*$|class[ \t]+\w+[^\n{;]*:[ \t]*$"
         r"|from[ \t]+[\w.]+[ \t]+import[ \t]|import[ \t]+[\w.]+(?:[ \t]+as[ \t]+\w+)?[ \t]*$|if __name__ ==)"
         r"|\belif\b",
         re.MULTILINE,
@@ -174,11 +183,11 @@ _SIGNS = {
     "javascript": re.compile(
         r"^[ \t]*(?:(?:export[ \t]+)?(?:async[ \t]+)?function\b|(?:const|var)[ \t]+[\w$]+[ \t]*=(?!=)"
         r"|import[ \t].*[ \t]from[ \t]+['\"]|module\.exports|export[ \t]+(?:default|const|class|function"
-        r"|interface|type)\b)|console\.log|require\(|===|\bundefined\b",
+        r"|interface|type)\b)|console\.log\(|require\(['\"]|[ \t]===[ \t]",
         re.MULTILINE,
     ),
     "java": re.compile(
-        r"^[ \t]*(?:(?:public|private|protected)[ \t]+(?:static[ \t]+)?(?:final[ \t]+)?[\w<>\[\], ]+[ \t]+\w+"
+        rf"^[ \t]*(?:(?:public|private|protected)[ \t]+(?:static[ \t]+)?(?:final[ \t]+)?{_JAVA_RETURN_TYPE}[ \t]+\w+"
         r"[ \t]*\(|package[ \t]+[\w.]+;|import[ \t]+(?:static[ \t]+)?[\w.]+(?:\.\*)?;"
         r"|(?:public[ \t]+)?(?:final[ \t]+|abstract[ \t]+)?class[ \t]+\w+[^\n]*\{)|System\.out|@Override",
         re.MULTILINE,
@@ -186,7 +195,9 @@ _SIGNS = {
 }
 # Characters of a text the language guess reads, and signs it needs to name a language.
 _GUESS_CHARS = 65_536
-_MIN_SIGNS = 2
+_MIN_SIGNS = 1
+# A whole document without fences needs more signs to be taken as source code rather than markdown.
+_MIN_FILE_SIGNS = 3
 
 
 def language_of_info(info: str) -> str | None:
@@ -203,7 +214,7 @@ def guess_language(text: str, start: int = 0, end: int | None = None, min_signs:
     end = len(text) if end is None else end
     end = min(end, start + _GUESS_CHARS)
     scores = {name: sum(1 for _ in sign.finditer(text, start, end)) for name, sign in _SIGNS.items()}
-    best = max(scores, key=lambda name: (scores[name], name == "python"))
+    best = max(scores, key=lambda name: (scores[name], name == "python", name == "javascript"))
     return best if scores[best] >= min_signs else "generic"
 
 
@@ -227,6 +238,9 @@ class Line(NamedTuple):
 _INDENTATION = re.compile(r"[ \t]*")
 # How far the document's tokenization can be off from a slice's exact count (as in chunkline.splitting).
 _ESTIMATE_SLACK = 8
+# Characters of a line the definition patterns look at (a signature starts well within them; the bound
+# keeps a very long line from costing more than that).
+_LINE_WINDOW = 1000
 # A code unit is cut again at its members when over the budget, at most this many levels deep.
 _MAX_DEPTH = 4
 
@@ -259,7 +273,7 @@ def _definition_starts(text: str, lines: Sequence[Line], rules: LanguageRules, i
         if line.blank:
             continue
         if line.indent == indent:
-            if pattern.match(text, line.content, line.end):
+            if pattern.match(text, line.content, min(line.end, line.content + _LINE_WINDOW)):
                 first = number
                 while first > 0 and _is_attached(text, lines[first - 1], attached, indent):
                     first -= 1
@@ -267,7 +281,7 @@ def _definition_starts(text: str, lines: Sequence[Line], rules: LanguageRules, i
             elif (
                 rules.continuation is not None
                 and previous_indent > indent
-                and not rules.continuation.match(text, line.content, line.end)
+                and not rules.continuation.match(text, line.content, min(line.end, line.content + _LINE_WINDOW))
             ):
                 starts.append(line.start)
         previous_indent = line.indent
@@ -276,7 +290,7 @@ def _definition_starts(text: str, lines: Sequence[Line], rules: LanguageRules, i
 
 def _is_attached(text: str, line: Line, attached: re.Pattern, indent: int) -> bool:
     """A decorator, annotation or comment line directly above a definition at ``indent``."""
-    if line.blank or line.indent < indent or not attached.match(text, line.content, line.end):
+    if line.blank or line.indent < indent or not attached.match(text, line.content, line.content + 2):
         return False
     return line.indent == indent or text.startswith("*", line.content)  # Javadoc lines sit one space in
 
@@ -321,18 +335,37 @@ def _refine(
         if offsets.estimate(unit_start, unit_end) <= max_tokens:
             continue
         unit_lines = lines[bisect_left(line_offsets, unit_start) : bisect_left(line_offsets, unit_end)]
-        body = [line for line in unit_lines if not line.blank]
-        if len(body) < 2:
+        member_indent = _member_indent(text, unit_lines, rules)
+        if member_indent is None:
             continue
-        header_indent = body[0].indent
-        inner = [line.indent for line in body[1:] if line.indent > header_indent]
-        if not inner:
-            continue
-        member_starts = _definition_starts(text, unit_lines, rules, min(inner), member=True)
+        member_starts = [
+            start
+            for start in _definition_starts(text, unit_lines, rules, member_indent, member=True)
+            if unit_start < start < unit_end
+        ]
+        # The header (class line, docstring, fields) goes with the first member when the two fit together.
+        if member_starts:
+            second = member_starts[1] if len(member_starts) > 1 else unit_end
+            if offsets.estimate(unit_start, second) <= max_tokens:
+                member_starts.pop(0)
         if member_starts:
             inner_bounds = [unit_start, *member_starts, unit_end]
             result.extend(_refine(text, unit_lines, rules, inner_bounds, offsets, max_tokens, depth + 1))
     return sorted(set(result))
+
+
+def _member_indent(text: str, unit_lines: Sequence[Line], rules: LanguageRules) -> int | None:
+    """Indentation of the members of the definition that ``unit_lines`` hold: the smallest one deeper than
+    the header line, after it (comments and decorators above the header do not count)."""
+    body = [line for line in unit_lines if not line.blank]
+    if not body:
+        return None
+    header_indent = body[0].indent
+    header = 0
+    while header < len(body) - 1 and _is_attached(text, body[header], rules.attached, header_indent):
+        header += 1
+    inner = [line.indent for line in body[header + 1 :] if line.indent > header_indent]
+    return min(inner) if inner else None
 
 
 # -------------------------------------------------------------------------------------------- units
@@ -350,15 +383,15 @@ def _fence_language(document: MarkdownDocument, start: int, end: int, language: 
     first_line_end = document.index.line_start(document.index.line_of(start) + 1)
     match = _INFO_WORD.match(text, start, first_line_end)
     named = language_of_info(match.group(1)) if match else None
-    return named or guess_language(text, first_line_end, end, min_signs=1)
+    return named or guess_language(text, first_line_end, end)
 
 
 def markdown_cuts(document: MarkdownDocument, language: str, offsets: TokenOffsets, max_tokens: int) -> list[int]:
     """Unit boundaries of a markdown document: blank lines in prose, fence edges, and code boundaries
-    inside each fence over the budget; fitting fences, tables, list items and HTML blocks stay whole."""
+    inside each fence over the budget."""
     text = document.text
     fences = merge_ranges(
-        (block.start_char, boundary_after_whitespace(text, block.end_char))
+        (block.start_char, after_blank_lines(text, block.end_char))
         for block in document.blocks
         if block.kind == _FENCE
     )
@@ -368,8 +401,23 @@ def markdown_cuts(document: MarkdownDocument, language: str, offsets: TokenOffse
         if offsets.estimate(start, end) <= max_tokens:
             continue
         fence_language = _fence_language(document, start, end, language)
-        cuts.extend(code_cuts(text, line_starts, start, end, fence_language, offsets, max_tokens))
-    return keep_ranges_whole(cuts, fitting_protected_ranges(document, offsets, max_tokens))
+        body_start, body_end = _fence_body(document, start, end)
+        code = code_cuts(text, line_starts, body_start, body_end, fence_language, offsets, max_tokens)
+        # The opening line goes with the first unit and the closing line with the last.
+        cuts.extend(cut for cut in code if body_start < cut < body_end)
+    return cuts
+
+
+def _fence_body(document: MarkdownDocument, start: int, end: int) -> tuple[int, int]:
+    """The code lines of the fence at ``[start, end)``: without its opening line, and without its closing
+    line when it has one (an unclosed fence runs to the end of its container)."""
+    text, index = document.text, document.index
+    body_start = index.line_start(index.line_of(start) + 1)
+    content_end = start + len(text[start:end].rstrip())
+    last_line_start = index.line_starts[index.line_of(max(content_end - 1, start))]
+    is_closed = last_line_start > start and _FENCE_CLOSING.match(text, last_line_start, content_end)
+    body_end = last_line_start if is_closed else end
+    return min(body_start, body_end), body_end
 
 
 def _expand_oversized(
@@ -386,7 +434,8 @@ def _expand_oversized(
     flags: list[bool] = []
     for start, end in units:
         estimate = offsets.estimate(start, end)
-        if estimate <= max_tokens or (estimate <= max_tokens + _ESTIMATE_SLACK and offsets.count(start, end) <= max_tokens):
+        near_limit = estimate <= max_tokens + _ESTIMATE_SLACK
+        if estimate <= max_tokens or (near_limit and offsets.count(start, end) <= max_tokens):
             expanded.append((start, end))
             flags.append(False)
             continue
@@ -520,19 +569,19 @@ def chunk_code(document: MarkdownDocument, config, counter: TokenCounter) -> lis
     offsets = TokenOffsets(text, 0, len(text), counter)
     has_fences = any(block.kind == _FENCE for block in document.blocks)
     heading_path: tuple[str, ...] | None = None
+    protected_kinds = PROTECTED_KINDS
     if has_fences:
         cuts = markdown_cuts(document, params.language, offsets, max_tokens)
-        protected = fitting_protected_ranges(document, offsets, max_tokens)
     else:
-        language = params.language if params.language != "auto" else guess_language(text)
+        language = params.language if params.language != "auto" else guess_language(text, min_signs=_MIN_FILE_SIGNS)
         cuts = code_cuts(text, document.index.line_starts, 0, len(text), language, offsets, max_tokens)
-        protected = []
-        if language == "generic":
-            protected = fitting_protected_ranges(document, offsets, max_tokens)
-            cuts = keep_ranges_whole(cuts, protected)
-        else:
-            heading_path = ()
-    units, sub_split = _expand_oversized(document, units_between(text, sorted(set(cuts))), offsets, max_tokens, protected)
+        if language != "generic":
+            # Source code, not markdown: its comments are no headings, its indented bodies no code blocks,
+            # its "*" comment lines no list items.
+            heading_path, protected_kinds = (), frozenset()
+    protected = fitting_protected_ranges(document, offsets, max_tokens, protected_kinds)
+    cuts = keep_ranges_whole(cuts, protected)
+    units, sub_split = _expand_oversized(document, units_between(text, cuts), offsets, max_tokens, protected)
     spans = _LinePacker(document, counter, offsets, max_tokens).pack(units, sub_split, params.overlap, heading_path)
     _warn_if_overlap_is_large(spans, params.overlap)
     return spans

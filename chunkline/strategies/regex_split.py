@@ -111,7 +111,12 @@ class RegexParams:
         return compile_pattern(self.pattern, flags)
 
 
-@register_strategy("regex", RegexParams)
+@register_strategy(
+    "regex",
+    RegexParams,
+    keeps_blocks_whole=False,  # the user's pattern decides where chunks start, even inside a table
+    example_params=RegexParams(pattern=r"^#{1,6} "),
+)
 def chunk_by_regex(document: MarkdownDocument, config, counter: TokenCounter) -> list[ChunkSpan]:
     """One chunk per piece between matches of a pattern; pieces over max_tokens are split."""
     params: RegexParams = config.params

@@ -19,8 +19,9 @@ LocalVectorDB's ``sections`` method, on a CommonMark parse:
 ``SectionDetector(pattern=...)``: a regular expression with exactly two capture groups, the level indicator
 and the heading text, matched line by line (``^`` and ``$`` match at every line), e.g.
 ``^(SECTION \\d+): (.+)$``. Every line it matches starts a section, except lines inside fenced or indented
-code. Heading paths then come from those lines: the level is the indicator's length when it is one
-repeated symbol (``##`` is level 2), the number of parts of a dotted number (``2.1`` is level 2), else 1.
+code, and inside a table, list item or HTML block that fits within ``max_tokens`` (never split). Heading
+paths then come from those lines: the level is the indicator's length when it is one repeated symbol
+(``##`` is level 2), the number of parts of a dotted number (``2.1`` is level 2), else 1.
 The pattern runs with a time limit of ``timeout_seconds`` per document (see the ``regex`` strategy).
 """
 
@@ -40,7 +41,11 @@ from chunkline.strategies.regex_split import (
     compile_pattern,
     finditer_within,
 )
-from chunkline.strategies.units import check_overlap, merge_ranges
+from chunkline.strategies.units import (
+    check_overlap,
+    fitting_protected_ranges,
+    merge_ranges,
+)
 from chunkline.structure import BlockKind, MarkdownDocument
 from chunkline.token_offsets import TokenOffsets
 from chunkline.tokenizers import TokenCounter
@@ -101,41 +106,67 @@ def chunk_by_sections(document: MarkdownDocument, config, counter: TokenCounter)
     offsets = TokenOffsets(text, 0, len(text), counter)
     if params.heading_pattern is None:
         units = [(section.start_char, section.end_char) for section in document.sections]
-        return pack_units(
-            document, units, counter, config.max_tokens, params.overlap, unit_name="sections", offsets=offsets
-        )
-    headings = custom_headings(document, params.compiled(), params.timeout_seconds)
+        return _pack_sections(document, units, counter, config.max_tokens, params.overlap, offsets)
+    headings = custom_headings(document, params.compiled(), params.timeout_seconds, offsets, config.max_tokens)
     starts = [heading.start_char for heading in headings]
     if starts and not text[: starts[0]].strip():
         starts[0] = 0  # whitespace before the first heading joins its section, as with markdown headings
     units = units_from_cuts(starts, len(text))
-    spans = pack_units(
-        document, units, counter, config.max_tokens, params.overlap, unit_name="sections", offsets=offsets
-    )
+    spans = _pack_sections(document, units, counter, config.max_tokens, params.overlap, offsets)
     return _with_custom_paths(spans, starts, headings)
 
 
-def custom_headings(document: MarkdownDocument, compiled: regex.Pattern, timeout_seconds: float) -> list[CustomHeading]:
-    """The lines ``compiled`` matches outside fenced and indented code, one heading per line."""
+def _pack_sections(
+    document: MarkdownDocument,
+    sections: list[tuple[int, int]],
+    counter: TokenCounter,
+    max_tokens: int,
+    overlap_sections: int,
+    offsets: TokenOffsets,
+) -> list[ChunkSpan]:
+    """Consecutive sections packed within ``max_tokens``; one over it split at its best boundaries."""
+    spans = pack_units(
+        document, sections, counter, max_tokens, overlap_sections, unit_name="sections", offsets=offsets
+    )
+    return spans
+
+
+def custom_headings(
+    document: MarkdownDocument,
+    compiled: regex.Pattern,
+    timeout_seconds: float,
+    offsets: TokenOffsets,
+    max_tokens: int,
+) -> list[CustomHeading]:
+    """The lines ``compiled`` matches, one heading per line, except lines inside fenced or indented code
+    and lines inside a table, list item or HTML block that fits within ``max_tokens`` (a break there
+    would split a block the product promises to keep whole)."""
     text = document.text
     # "\r" alone ends a line too: matched on a copy where every "\r" is "\n" (same length, same offsets).
     subject = text.replace("\r", "\n") if "\r" in text else text
-    code = merge_ranges(
-        (block.start_char, block.end_char) for block in document.blocks if block.kind in _CODE_KINDS
-    )
-    code_starts = [start for start, _ in code]
+    code = merge_ranges((block.start_char, block.end_char) for block in document.blocks if block.kind in _CODE_KINDS)
+    protected = fitting_protected_ranges(document, offsets, max_tokens)
     index = document.index
     headings: list[CustomHeading] = []
     for match in finditer_within(compiled, subject, timeout_seconds, "heading_pattern"):
         line_start = index.line_starts[index.line_of(match.start())]
-        slot = bisect_right(code_starts, line_start) - 1
-        if slot >= 0 and line_start < code[slot][1]:
+        if _range_at(code, line_start, starts_inside=True) or _range_at(protected, line_start, starts_inside=False):
             continue
         if headings and headings[-1].start_char == line_start:
             continue
         indicator = (match.group(1) or "").strip()
         headings.append(CustomHeading(line_start, _level_of(indicator), " ".join((match.group(2) or "").split())))
     return headings
+
+
+def _range_at(ranges: list[tuple[int, int]], position: int, *, starts_inside: bool) -> bool:
+    """Whether ``position`` lies in one of the disjoint ascending ``ranges`` (at its start too when
+    ``starts_inside``, else strictly after it)."""
+    slot = bisect_right(ranges, (position, float("inf"))) - 1
+    if slot < 0:
+        return False
+    start, end = ranges[slot]
+    return position < end and (starts_inside or position > start)
 
 
 def _level_of(indicator: str) -> int:

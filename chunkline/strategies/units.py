@@ -26,7 +26,7 @@ chunk is a verbatim slice and the chunks reconstruct the document exactly.
 Markdown structure still protects blocks: for ``sentences``, ``paragraphs`` and ``words`` a fenced code
 block -- and likewise an indented code block, table, list item or HTML block -- that fits within
 ``max_tokens`` is one unit, never cut. ``lines`` and ``characters`` are deliberately raw: they look at the
-text only, for logs, CSV and scripts without spaces. A single unit over the budget (a huge paragraph, a
+text only, for logs, CSV and scripts without spaces (they register ``keeps_blocks_whole=False``). A single unit over the budget (a huge paragraph, a
 code block longer than a chunk) is split on its own at its best boundaries (:mod:`chunkline.splitting`).
 
 ``characters`` packs by character count directly: the longest prefix within the budget is found with a
@@ -37,13 +37,14 @@ from __future__ import annotations
 
 import logging
 import re
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import regex
 
-from chunkline.packing import pack_units, units_from_cuts
+from chunkline.packing import pack_units
 from chunkline.record import ChunkSpan
 from chunkline.registry import register_strategy
 from chunkline.structure import PROTECTED_KINDS, MarkdownDocument
@@ -56,12 +57,15 @@ __all__ = [
     "ParagraphsParams",
     "SentencesParams",
     "WordsParams",
-    "boundary_after_whitespace",
+    "after_blank_lines",
+    "check_overlap",
     "fitting_protected_ranges",
     "keep_ranges_whole",
+    "merge_ranges",
     "pack_characters",
     "paragraph_cuts",
     "sentence_cuts",
+    "units_between",
     "word_cuts",
 ]
 
@@ -134,50 +138,88 @@ class CharactersParams:
 
 # ------------------------------------------------------------------------------------ unit boundaries
 
-# A line break is \r\n, \r or \n; everything else \s matches is horizontal whitespace here. (The standard
-# library's \s is exactly str.isspace(); the regex module is used where a variable-width lookbehind is needed.)
-# One whitespace run: up to and including its last line break (group 1: the indentation after it), or a
-# run without a line break. The boundary is the start of group 1, or the end of the run.
-_WHITESPACE_RUN = re.compile(r"\s*[\r\n]([^\S\r\n]*)|[^\S\r\n]+")
-_SPACES = re.compile(r"\s*")
+# A line break is \r\n, \r or \n; all other whitespace is horizontal here. Where the whitespace between two
+# units holds a line break, the boundary is just after its last line break; otherwise after the whitespace.
+_LINE_BREAK = r"(?:\r\n|\r(?!\n)|\n)"  # \r\n is one break, never \r then \n
+# The whitespace after a unit: up to its last line break (the empty group 1 marks the boundary there) and
+# the next line's indentation, or a run of horizontal whitespace. (The standard library's \s is exactly
+# str.isspace().)
+_GAP_WITH_BREAK = r"\s*[\r\n]()[^\S\r\n]*"
 _SENTENCE_CLOSERS = "\"'\u2019\u201d)\\]\u300d\u300f\uff09"
-# ., ! or ? with closing quotes or brackets, before whitespace -- but not the "1." of an ordered list item;
-# or a CJK full stop, exclamation or question mark with its closers (no whitespace needed after those).
+# ., ! or ? and closing quotes or brackets before whitespace -- not the "1." of an ordered list item (the
+# regex module allows that variable-width lookbehind) -- or a CJK full stop, exclamation or question mark
+# with its closers, which need no whitespace after them; then the whitespace that follows.
 _SENTENCE_END = regex.compile(
-    rf"(?<!^[ \t>]*\d{{1,9}})[.!?][{_SENTENCE_CLOSERS}]*(?=\s)|[\u3002\uff01\uff1f][{_SENTENCE_CLOSERS}]*",
+    rf"(?:(?<!^[ \t>]*\d{{1,9}})[.!?][{_SENTENCE_CLOSERS}]*(?=\s)|[\u3002\uff01\uff1f][{_SENTENCE_CLOSERS}]*)"
+    rf"(?:{_GAP_WITH_BREAK}|[^\S\r\n]*)",
     regex.MULTILINE,
 )
-# A line break followed by one or more blank (whitespace-only) lines; \r\n is one break, never \r then \n.
-_BLANK_LINES = re.compile(r"(?:\r\n|\r(?!\n)|\n)(?:[^\S\r\n]*(?:\r\n|\r(?!\n)|\n))+")
+# A line break followed by one or more blank (whitespace-only) lines.
+_BLANK_LINES = re.compile(rf"{_LINE_BREAK}(?:[^\S\r\n]*{_LINE_BREAK})+")
+# Blank lines from a line start on.
+_BLANK_LINES_AT = re.compile(rf"(?:[^\S\r\n]*{_LINE_BREAK})*")
 
 
-def boundary_after_whitespace(text: str, position: int) -> int:
-    """The unit boundary for a cut at ``position``: the start of the next line when the whitespace around
-    ``position`` holds a line break, else the end of that whitespace (``position`` itself between two
-    non-space characters)."""
-    if position <= 0 or position >= len(text):
-        return position
-    run_start = position
-    while run_start > 0 and text[run_start - 1].isspace():
-        run_start -= 1
-    run_end = _SPACES.match(text, position).end()
-    last_break = max(text.rfind("\n", run_start, run_end), text.rfind("\r", run_start, run_end))
-    return last_break + 1 if last_break >= 0 else run_end
+def after_blank_lines(text: str, line_start: int) -> int:
+    """The start of the first non-blank line at or after ``line_start`` (the unit boundary for the end of
+    a block, whose blank lines after it join it)."""
+    return _BLANK_LINES_AT.match(text, line_start).end()
+
+
+def _gap_boundaries(matches) -> list[int]:
+    """The boundary of each match of a pattern ending in a whitespace gap: the position of its group 1
+    (just after the gap's last line break) when that took part, else the match's end."""
+    cuts = []
+    append = cuts.append
+    for match in matches:
+        after_break = match.start(1)
+        append(after_break if after_break >= 0 else match.end())
+    return cuts
 
 
 def word_cuts(text: str) -> list[int]:
-    """Boundaries after each whitespace run (at the next line's start when the run holds a line break)."""
-    cuts = []
-    append = cuts.append
-    for match in _WHITESPACE_RUN.finditer(text):
-        indentation_start = match.start(1)
-        append(indentation_start if indentation_start >= 0 else match.end())
-    return cuts
+    """Boundaries after each whitespace run (at the next line's start when the run holds a line break).
+
+    Vectorized: a document has about one word per six characters, too many for a Python loop per match."""
+    if not text:
+        return []
+    codes = _code_points(text)
+    space = _IS_SPACE[codes] if codes.dtype == np.uint8 else _IS_SPACE[np.minimum(codes, len(_IS_SPACE) - 1)]
+    # run_ends[k]: the first non-space after the k-th whitespace run; run_starts[k]: that run's start.
+    run_ends = np.flatnonzero(space[:-1] & ~space[1:]) + 1
+    run_starts = np.flatnonzero(space & ~np.concatenate(([False], space[:-1])))[: len(run_ends)]
+    breaks = np.flatnonzero((codes == 10) | (codes == 13))
+    if len(breaks):
+        slot = np.searchsorted(breaks, run_ends) - 1
+        last_break = breaks[np.maximum(slot, 0)]
+        holds_break = (slot >= 0) & (last_break >= run_starts)
+        run_ends = np.where(holds_break, last_break + 1, run_ends)
+    return run_ends.tolist()
+
+
+def _code_points(text: str) -> np.ndarray:
+    """The text's code points as an array (one byte each for ASCII)."""
+    if text.isascii():
+        return np.frombuffer(text.encode("ascii"), dtype=np.uint8)
+    return np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+
+
+def _space_table() -> np.ndarray:
+    """``table[c]``: whether code point ``c`` is whitespace (``str.isspace``); the last entry stands for
+    every code point past the table."""
+    highest = 0x3000  # IDEOGRAPHIC SPACE, the highest whitespace code point
+    table = np.zeros(highest + 2, dtype=bool)
+    for code in range(highest + 1):
+        table[code] = chr(code).isspace()
+    return table
+
+
+_IS_SPACE = _space_table()
 
 
 def sentence_cuts(text: str) -> list[int]:
     """Boundaries after each sentence end and the whitespace that follows it."""
-    return [boundary_after_whitespace(text, match.end()) for match in _SENTENCE_END.finditer(text)]
+    return _gap_boundaries(_SENTENCE_END.finditer(text))
 
 
 def paragraph_cuts(text: str, start: int = 0, end: int | None = None) -> list[int]:
@@ -186,13 +228,14 @@ def paragraph_cuts(text: str, start: int = 0, end: int | None = None) -> list[in
 
 
 def block_edges(document: MarkdownDocument) -> list[int]:
-    """Start and end of every markdown block, as unit boundaries."""
+    """Start and end of every markdown block, as unit boundaries (a block starts at a line start; its end
+    moves past the blank lines after it)."""
     text = document.text
     edges: set[int] = set()
     for block in document.blocks:
         edges.add(block.start_char)
         edges.add(block.end_char)
-    return [boundary_after_whitespace(text, edge) for edge in sorted(edges)]
+    return sorted({after_blank_lines(text, edge) for edge in edges})
 
 
 # ---------------------------------------------------------------------------------- protected blocks
@@ -207,20 +250,27 @@ def fitting_protected_ranges(
     max_tokens: int,
     kinds: Iterable[str] = PROTECTED_KINDS,
 ) -> list[tuple[int, int]]:
-    """Merged ranges of the blocks of ``kinds`` that fit within ``max_tokens`` (each extended over the
-    blank lines after it, so that its end is a unit boundary), ascending and disjoint."""
+    """Merged ranges of the blocks of ``kinds`` that fit within ``max_tokens``, ascending and disjoint.
+
+    A block's range runs on over the blank lines after it, so that its end is a unit boundary -- unless
+    that no longer fits while the block's content (its text without trailing whitespace) still does: then
+    the range ends with the content."""
     text = document.text
     wanted = frozenset(kinds)
     ranges: list[tuple[int, int]] = []
     for block in document.blocks:
-        if block.kind not in wanted or block.end_char - block.start_char < 2:
+        start = block.start_char
+        if block.kind not in wanted or block.end_char - start < 2:
             continue
-        estimate = offsets.estimate(block.start_char, block.end_char)
-        if estimate > max_tokens + _ESTIMATE_SLACK:
+        if offsets.estimate(start, block.end_char) > max_tokens + _ESTIMATE_SLACK:
             continue
-        if estimate > max_tokens - _ESTIMATE_SLACK and offsets.count(block.start_char, block.end_char) > max_tokens:
+        end = after_blank_lines(text, block.end_char)
+        if offsets.estimate(start, end) <= max_tokens - _ESTIMATE_SLACK or offsets.count(start, end) <= max_tokens:
+            ranges.append((start, end))
             continue
-        ranges.append((block.start_char, boundary_after_whitespace(text, block.end_char)))
+        content_end = start + len(text[start : block.end_char].rstrip())
+        if content_end > start and offsets.count(start, content_end) <= max_tokens:
+            ranges.append((start, content_end))
     return merge_ranges(ranges)
 
 
@@ -250,15 +300,17 @@ def keep_ranges_whole(cuts: Sequence[int], ranges: Sequence[tuple[int, int]]) ->
 
 
 def units_between(text: str, cuts: Sequence[int]) -> list[tuple[int, int]]:
-    """Units from sorted boundaries; whitespace before the first or after the last boundary joins its
-    neighbour instead of becoming a unit of its own."""
+    """Units from sorted, distinct boundaries; whitespace before the first or after the last boundary
+    joins its neighbour instead of becoming a unit of its own."""
     length = len(text)
-    points = [cut for cut in cuts if 0 < cut < length]
-    if points and text[: points[0]].isspace():
-        points.pop(0)
-    if points and text[points[-1] :].isspace():
-        points.pop()
-    return units_from_cuts(points, length)
+    low = bisect_right(cuts, 0)
+    high = bisect_left(cuts, length)
+    if low < high and text[: cuts[low]].isspace():
+        low += 1
+    if low < high and text[cuts[high - 1] :].isspace():
+        high -= 1
+    bounds = [0, *cuts[low:high], length]
+    return list(zip(bounds, bounds[1:]))
 
 
 # ---------------------------------------------------------------------------------------- strategies
@@ -281,9 +333,10 @@ def _pack(
     if protect_blocks:
         cuts = keep_ranges_whole(cuts, fitting_protected_ranges(document, offsets, config.max_tokens))
     units = units_between(text, cuts)
-    return pack_units(
+    spans = pack_units(
         document, units, counter, config.max_tokens, config.params.overlap, unit_name=unit_name, offsets=offsets
     )
+    return spans
 
 
 @register_strategy("sentences", SentencesParams)
@@ -306,13 +359,13 @@ def chunk_by_words(document: MarkdownDocument, config, counter: TokenCounter) ->
     return _pack(document, config, counter, word_cuts(document.text), "words", protect_blocks=True)
 
 
-@register_strategy("lines", LinesParams)
+@register_strategy("lines", LinesParams, keeps_blocks_whole=False)
 def chunk_by_lines(document: MarkdownDocument, config, counter: TokenCounter) -> list[ChunkSpan]:
     """Lines packed within max_tokens, overlapping by `overlap` lines; markdown structure is ignored."""
     return _pack(document, config, counter, document.index.line_starts[1:], "lines", protect_blocks=False)
 
 
-@register_strategy("characters", CharactersParams)
+@register_strategy("characters", CharactersParams, keeps_blocks_whole=False)
 def chunk_by_characters(document: MarkdownDocument, config, counter: TokenCounter) -> list[ChunkSpan]:
     """The longest runs of characters within max_tokens, overlapping by `overlap` characters."""
     return pack_characters(document.text, counter, config.max_tokens, config.params.overlap)
@@ -333,6 +386,10 @@ def pack_characters(text: str, counter: TokenCounter, max_tokens: int, overlap_c
     repeated_chars = 0
     while True:
         end, token_count = _longest_fitting_end(offsets, start, length, max_tokens)
+        if spans and end <= spans[-1].end_char:
+            # The overlap and the next character do not fit together: this chunk goes without overlap.
+            start = spans[-1].end_char
+            end, token_count = _longest_fitting_end(offsets, start, length, max_tokens)
         if spans:
             repeated_chars += max(0, spans[-1].end_char - start)
         spans.append(ChunkSpan(start, end, None, False, token_count))

@@ -1,0 +1,128 @@
+"""The contract every registered strategy keeps, checked for each one without a test of its own.
+
+Every strategy in the registry — built in, or installed by another package through the
+``chunkline.strategies`` entry point (``tests/strategy_plugin`` is such a package) — is run on the
+fixtures, on the sample corpus and on generated markdown, and must keep PRODUCT.md's invariants:
+verbatim slices and exact reconstruction, exact positions and token counts, the token limit (unless the
+strategy declares a soft bound and the chunk is one such atomic unit), protected blocks that fit kept
+whole (for strategies that keep blocks whole), and the same chunks every time.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from chunkline import ChunkConfig, available_strategies, chunk_markdown, get_strategy, parse_markdown
+from chunkline.tokenizers import get_token_counter
+from conftest import FIXTURES, assert_invariants, assert_protected_blocks_whole, exact_token_count
+from markdown_grammar import markdown_documents
+
+SAMPLE_CORPUS = Path(__file__).resolve().parents[1] / "sample_corpus"
+DOCUMENTS = sorted(FIXTURES.glob("*.md")) + sorted(SAMPLE_CORPUS.rglob("*.md"))
+STRATEGIES = available_strategies()
+
+
+def config_for(name: str, max_tokens: int, overlap_tokens: int) -> ChunkConfig:
+    return ChunkConfig(
+        strategy=name,
+        max_tokens=max_tokens,
+        overlap_tokens=overlap_tokens,
+        params=get_strategy(name).default_params(),
+    )
+
+
+def soft_limit_check(name: str, text: str, max_tokens: int):
+    """Whether an over-limit chunk is one of the strategy's declared atomic units (with at most a
+    heading and blank lines around it)."""
+    kinds = get_strategy(name).soft_limit_kinds
+    if not kinds:
+        return None
+    counter = get_token_counter()
+    units = [
+        (block.start_char, block.start_char + len(text[block.start_char : block.end_char].rstrip()))
+        for block in parse_markdown(text).blocks
+        if block.kind in kinds
+    ]
+
+    def allowed(chunk) -> bool:
+        for start, end in units:
+            if chunk.start_char <= start and end <= chunk.end_char:
+                rest = text[chunk.start_char : start] + text[end : chunk.end_char]
+                if exact_token_count(counter, text[start:end]) > max_tokens and exact_token_count(counter, rest) <= max_tokens:
+                    return True
+        return False
+
+    return allowed
+
+
+def check_strategy(name: str, text: str, max_tokens: int, overlap_tokens: int) -> None:
+    config = config_for(name, max_tokens, overlap_tokens)
+    chunks = chunk_markdown(text, config, doc_id="doc.md", source_uri="file:///doc.md")
+    assert_invariants(
+        text,
+        chunks,
+        config,
+        doc_id="doc.md",
+        source_uri="file:///doc.md",
+        over_limit_allowed=soft_limit_check(name, text, max_tokens),
+    )
+    if get_strategy(name).keeps_blocks_whole:
+        assert_protected_blocks_whole(text, chunks, max_tokens, get_token_counter())
+    assert chunk_markdown(text, config, doc_id="doc.md", source_uri="file:///doc.md") == chunks
+
+
+def test_the_registry_holds_the_built_in_strategies_and_the_installed_plugin():
+    expected = {"headings", "tokens", "blocks", "scored", "thematic-breaks"}
+    assert expected <= set(STRATEGIES)
+    plugin = get_strategy("thematic-breaks")
+    assert plugin.chunk.__module__ == "chunkline_thematic_breaks"
+
+
+@pytest.mark.parametrize("name", STRATEGIES)
+@pytest.mark.parametrize("max_tokens, overlap_tokens", [(64, 8), (512, 50)])
+def test_strategy_keeps_the_contract_on_fixtures_and_the_sample_corpus(name, max_tokens, overlap_tokens):
+    for path in DOCUMENTS:
+        text = path.read_bytes().decode("utf-8")
+        try:
+            check_strategy(name, text, max_tokens, overlap_tokens)
+        except AssertionError as error:
+            raise AssertionError(f"{name} on {path.name} ({max_tokens}/{overlap_tokens}): {error}") from error
+
+
+@pytest.mark.parametrize("name", STRATEGIES)
+def test_strategy_keeps_the_contract_on_an_empty_document(name):
+    chunks = chunk_markdown("", config_for(name, 64, 8))
+    assert [(chunk.text, chunk.token_count, chunk.start_char, chunk.end_char) for chunk in chunks] == [("", 0, 0, 0)]
+
+
+@pytest.mark.parametrize("name", STRATEGIES)
+@settings(max_examples=60)
+@given(text=markdown_documents(), max_tokens=st.integers(64, 300), overlap_share=st.floats(0, 0.5))
+def test_strategy_keeps_the_contract_on_generated_markdown(name, text, max_tokens, overlap_share):
+    check_strategy(name, text, max_tokens, int(max_tokens * overlap_share))
+
+
+def test_an_installed_strategy_runs_by_name_in_the_pipeline(tmp_path):
+    from chunkline.pipelines.config import load_run_config
+    from chunkline.pipelines.publish import read_dataset
+    from chunkline.pipelines.run import run_pipeline
+
+    corpus = tmp_path / "docs"
+    corpus.mkdir()
+    (corpus / "notes.md").write_text("# Notes\n\nFirst part.\n\n---\n\nSecond part.\n\n***\n\nThird part.\n")
+    config = load_run_config(
+        None, ["chunking.strategy=thematic-breaks"], environ={}, inputs=[str(corpus)], output=str(tmp_path / "out")
+    )
+    summary = run_pipeline(config)
+    assert summary.documents_ok == 1
+    chunks = read_dataset(str(tmp_path / "out"), "chunks").to_pylist()
+    assert [row["text"] for row in chunks] == [
+        "# Notes\n\nFirst part.\n\n",
+        "---\n\nSecond part.\n\n",
+        "***\n\nThird part.\n",
+    ]
+    assert {row["strategy"] for row in chunks} == {"thematic-breaks"}
