@@ -8,7 +8,7 @@ from chunkline.config import ChunkConfig, ConfigError, load_chunk_config
 from chunkline.engine import ReconstructionError, chunk_document, chunk_markdown, reconstruct
 from chunkline.record import Chunk, ChunkSpan
 from chunkline.registry import Strategy, StrategyError, available_strategies, get_strategy, register_strategy
-from chunkline.structure import MarkdownDocument, parse_markdown
+from chunkline.structure import MarkdownDocument, Section, parse_markdown, sections_by_pattern
 from chunkline.tokenizers import TokenizerUnavailableError, get_token_counter
 
 __version__ = "0.1.0"
@@ -20,6 +20,7 @@ __all__ = [
     "ConfigError",
     "MarkdownDocument",
     "ReconstructionError",
+    "Section",
     "Strategy",
     "StrategyError",
     "TokenizerUnavailableError",
@@ -31,5 +32,6 @@ __all__ = [
     "load_chunk_config",
     "parse_markdown",
     "reconstruct",
+    "sections_by_pattern",
     "register_strategy",
 ]

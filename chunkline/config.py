@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from chunkline.patterns import compile_pattern
 from chunkline.registry import get_strategy
 from chunkline.settings import (
     ConfigError,
@@ -47,7 +48,7 @@ _SECTIONS = frozenset({"chunking", "input", "output", "run"})
 #: byte-level BPE encoding never needs more tokens than bytes.
 MIN_MAX_TOKENS = 4
 
-_COMMON_KEYS = ("strategy", "max_tokens", "overlap_tokens", "tokenizer", "tokenizer_file")
+_COMMON_KEYS = ("strategy", "max_tokens", "overlap_tokens", "tokenizer", "tokenizer_file", "section_pattern")
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,10 @@ class ChunkConfig:
     """A tiktoken encoding name."""
     tokenizer_file: str | None = None
     """Path or fsspec URL of the encoding's ``.tiktoken`` file, for encodings no installed package bundles."""
+    section_pattern: str | None = None
+    """A custom heading line pattern for the sections every chunk's ``section_index`` and derived heading
+    path refer to (two groups: level indicator, heading text, e.g. ``^(SECTION \\d+): (.+)$``); markdown
+    headings when ``None``."""
     params: Any = field(default=None, compare=True)
     """The strategy's parameter dataclass; its defaults when not given."""
 
@@ -88,6 +93,16 @@ class ChunkConfig:
             )
         if not isinstance(self.tokenizer, str) or not self.tokenizer:
             raise ConfigError("chunking.tokenizer must name a tiktoken encoding, e.g. cl100k_base")
+        if self.section_pattern is not None:
+            try:
+                compiled = compile_pattern(self.section_pattern)
+            except ValueError as error:
+                raise ConfigError(f"chunking.section_pattern: {error}") from None
+            if compiled.groups < 2:
+                raise ConfigError(
+                    f"chunking.section_pattern {self.section_pattern!r} needs two groups: the level indicator "
+                    "and the heading text, e.g. ^(SECTION \\d+): (.+)$"
+                )
         try:
             strategy = get_strategy(self.strategy)
         except ValueError as error:
@@ -156,6 +171,7 @@ class _CommonSettings:
     overlap_tokens: int = ChunkConfig.overlap_tokens
     tokenizer: str = ChunkConfig.tokenizer
     tokenizer_file: str | None = None
+    section_pattern: str | None = None
 
 
 def load_chunk_config(

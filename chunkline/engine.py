@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from chunkline.config import ChunkConfig
 from chunkline.record import Chunk, ChunkSpan, chunk_uuid
 from chunkline.registry import get_strategy
-from chunkline.structure import MarkdownDocument, parse_markdown
+from chunkline.structure import MarkdownDocument, Section, parse_markdown, section_paths, sections_by_pattern
 from chunkline.tokenizers import TokenCounter, get_token_counter
 
 __all__ = ["chunk_markdown", "chunk_document", "reconstruct", "ReconstructionError"]
@@ -52,8 +52,16 @@ def chunk_document(
     spans = get_strategy(config.strategy).chunk(document, config, counter)
     if not spans:
         spans = [ChunkSpan(0, len(document.text))]
+    sections = sections_by_pattern(document, config.section_pattern) if config.section_pattern else None
     return build_chunks(
-        document, spans, config.strategy, counter, doc_id=doc_id, source_uri=source_uri, replaced_bytes=replaced_bytes
+        document,
+        spans,
+        config.strategy,
+        counter,
+        doc_id=doc_id,
+        source_uri=source_uri,
+        replaced_bytes=replaced_bytes,
+        sections=sections,
     )
 
 
@@ -66,8 +74,12 @@ def build_chunks(
     doc_id: str = "",
     source_uri: str = "",
     replaced_bytes: Sequence[tuple[int, int]] = (),
+    sections: tuple[Section, ...] | None = None,
 ) -> list[Chunk]:
-    """Chunk records for ``spans``: ids, positions in characters, bytes and lines, token counts, hashes."""
+    """Chunk records for ``spans``: ids, positions in characters, bytes and lines, token counts, hashes.
+
+    ``section_index`` (and the heading path of spans without one) refer to ``sections``, the document's
+    markdown sections by default."""
     text = document.text
     index = document.index
     byte_at = index.byte_offsets(
@@ -75,8 +87,10 @@ def build_chunks(
     )
     if replaced_bytes:
         byte_at = _file_byte_offsets(byte_at, replaced_bytes)
-    section_starts = [section.start_char for section in document.sections]
-    section_paths = document.section_paths
+    if sections is None:
+        sections = document.sections
+    section_starts = [section.start_char for section in sections]
+    paths = section_paths(sections)
     chunks = []
     for chunk_index, span in enumerate(spans):
         start, end = span.start_char, span.end_char
@@ -104,7 +118,7 @@ def build_chunks(
                 start_column=start_column,
                 end_line=end_line,
                 end_column=end_column,
-                heading_path=section_paths[section_index] if span.heading_path is None else tuple(span.heading_path),
+                heading_path=paths[section_index] if span.heading_path is None else tuple(span.heading_path),
                 section_index=section_index,
                 token_count=token_count,
                 char_count=end - start,

@@ -18,13 +18,15 @@ reconstruction still cover them.
 from __future__ import annotations
 
 import functools
-from bisect import bisect_left
+import re
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
+from chunkline.patterns import DEFAULT_TIMEOUT_SECONDS, compile_pattern, finditer_within
 from chunkline.text_index import TextIndex
 
 __all__ = [
@@ -54,6 +56,8 @@ class BlockKind:
     THEMATIC_BREAK = "hr"
     FRONT_MATTER = "front_matter"
 
+
+_CODE_KINDS = frozenset({"fence", "code_block"})
 
 #: Blocks that are never split when they fit within the token limit on their own.
 PROTECTED_KINDS = frozenset(
@@ -214,11 +218,7 @@ class MarkdownDocument:
     @property
     def section_paths(self) -> list[tuple[str, ...]]:
         """Each section's heading path: its ancestors' headings and its own, outermost first."""
-        paths: list[tuple[str, ...]] = []
-        for section in self.sections:
-            parent = paths[section.parent] if section.parent is not None else ()
-            paths.append(parent + (section.heading,) if section.heading is not None else ())
-        return paths
+        return section_paths(self.sections)
 
     @property
     def title(self) -> str | None:
@@ -359,7 +359,15 @@ def _block_start(block: Block) -> int:
 def detect_sections(text: str, headings: tuple[Block, ...]) -> tuple[Section, ...]:
     """The document's sections: a preamble (when text other than whitespace precedes the first heading),
     then one per document-level heading, each running to the next heading of any level."""
-    starts = [[block.start_char, block.heading_level, block.heading_text] for block in headings]
+    return sections_from_headings(
+        text, [(block.start_char, block.heading_level, block.heading_text) for block in headings]
+    )
+
+
+def sections_from_headings(text: str, headings: list[tuple[int, int, str]]) -> tuple[Section, ...]:
+    """Sections from ``(start_char, level, heading)`` of each heading line, ascending; see
+    :func:`detect_sections`. A heading's parent is the nearest earlier one with a lower level."""
+    starts = [list(heading) for heading in headings]
     sections: list[Section] = []
     first_start = starts[0][0] if starts else len(text)
     if not starts or text[:first_start].strip():
@@ -377,3 +385,56 @@ def detect_sections(text: str, headings: tuple[Block, ...]) -> tuple[Section, ..
         sections.append(Section(section_index, heading, level, start, end, parent))
         open_levels.append((level, section_index))
     return tuple(sections)
+
+
+_DOTTED_NUMBER = re.compile(r"\d+(?:\.\d+)*\.?")
+
+
+def indicator_level(indicator: str) -> int:
+    """A heading level from a custom pattern's level indicator: ``###`` -> 3, ``2.1`` -> 2, else 1."""
+    indicator = indicator.strip()
+    if indicator and len(set(indicator)) == 1 and not indicator[0].isalnum():
+        return len(indicator)
+    if _DOTTED_NUMBER.fullmatch(indicator):
+        return len(indicator.rstrip(".").split("."))
+    return 1
+
+
+def sections_by_pattern(
+    document: MarkdownDocument, heading_pattern: str, timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
+) -> tuple[Section, ...]:
+    r"""The document's sections with headings found by a custom line pattern (LocalVectorDB's
+    SectionDetector): two groups, the level indicator and the heading text, e.g. ``^(SECTION \d+): (.+)$``
+    or ``^(#{1,6})\s+(.+)$``. Matches inside fenced or indented code are ignored; the pattern runs with
+    a time limit (:class:`chunkline.patterns.RegexTimeoutError`)."""
+    import regex
+
+    compiled = compile_pattern(heading_pattern, regex.MULTILINE)
+    if compiled.groups < 2:
+        raise ValueError(f"heading pattern {heading_pattern!r} needs two groups: level indicator and heading text")
+    text = document.text
+    # "\r" alone ends a line too: match on a copy where every "\r" is "\n" (same length, same offsets).
+    subject = text.replace("\r", "\n") if "\r" in text else text
+    code = [(block.start_char, block.end_char) for block in document.blocks if block.kind in _CODE_KINDS]
+    code_starts = [start for start, _ in code]
+    index = document.index
+    headings: list[tuple[int, int, str]] = []
+    for match in finditer_within(compiled, subject, timeout_seconds, "heading pattern"):
+        line_start = index.line_starts[index.line_of(match.start())]
+        slot = bisect_right(code_starts, line_start) - 1
+        if slot >= 0 and line_start < code[slot][1]:
+            continue
+        if headings and headings[-1][0] == line_start:
+            continue
+        heading = " ".join((match.group(2) or "").split())
+        headings.append((line_start, indicator_level(match.group(1) or ""), heading))
+    return sections_from_headings(text, headings)
+
+
+def section_paths(sections: tuple[Section, ...]) -> list[tuple[str, ...]]:
+    """Each section's heading path: its ancestors' headings and its own, outermost first."""
+    paths: list[tuple[str, ...]] = []
+    for section in sections:
+        parent = paths[section.parent] if section.parent is not None else ()
+        paths.append(parent + (section.heading,) if section.heading is not None else ())
+    return paths

@@ -24,12 +24,19 @@ A pattern that does not compile is refused when the config is loaded, with the p
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import regex
 
 from chunkline.packing import pack_units, units_from_cuts
+from chunkline.patterns import (
+    DEFAULT_TIMEOUT_SECONDS,
+    RegexTimeoutError,
+    check_timeout,
+    compile_pattern,
+    finditer_within,
+    match_starts,
+)
 from chunkline.record import ChunkSpan
 from chunkline.registry import register_strategy
 from chunkline.splitting import split_at_boundaries
@@ -38,48 +45,6 @@ from chunkline.token_offsets import TokenOffsets
 from chunkline.tokenizers import TokenCounter
 
 __all__ = ["RegexParams", "RegexTimeoutError", "compile_pattern", "match_starts"]
-
-#: Default time limit of one pattern on one document, in seconds.
-DEFAULT_TIMEOUT_SECONDS = 5.0
-
-
-class RegexTimeoutError(ValueError):
-    """A user's pattern ran longer than its time limit on one document (catastrophic backtracking)."""
-
-
-@functools.lru_cache(maxsize=64)
-def compile_pattern(pattern: str, flags: int = 0) -> regex.Pattern:
-    """``pattern`` compiled with the regex module; a ``ValueError`` naming the pattern if it is invalid."""
-    try:
-        return regex.compile(pattern, flags | regex.VERSION0)
-    except (regex.error, TypeError, OverflowError, RecursionError) as error:
-        raise ValueError(f"pattern {pattern!r} is not a valid regular expression: {error}") from None
-
-
-def check_timeout(timeout_seconds: object) -> None:
-    """A time limit is a positive number of seconds."""
-    if isinstance(timeout_seconds, bool) or not isinstance(timeout_seconds, (int, float)) or not timeout_seconds > 0:
-        raise ValueError(f"timeout_seconds must be a number of seconds > 0, got {timeout_seconds!r}")
-
-
-def finditer_within(compiled: regex.Pattern, text: str, timeout_seconds: float, setting: str = "pattern"):
-    """The matches of ``compiled`` in ``text``, all found within ``timeout_seconds`` in total.
-
-    :class:`RegexTimeoutError` names the pattern and the limit when the search runs out of time."""
-    try:
-        return list(compiled.finditer(text, timeout=timeout_seconds))
-    except TimeoutError:
-        raise RegexTimeoutError(
-            f"{setting} {compiled.pattern!r} did not finish within the time limit of {timeout_seconds:g} s "
-            f"on this document ({len(text)} characters); it probably backtracks catastrophically (nested "
-            f"quantifiers such as (a+)+): simplify it, or raise timeout_seconds"
-        ) from None
-
-
-def match_starts(compiled: regex.Pattern, text: str, timeout_seconds: float) -> list[int]:
-    """Start offset of every match, ascending (within the time limit)."""
-    return [match.start() for match in finditer_within(compiled, text, timeout_seconds)]
-
 
 @dataclass(frozen=True)
 class RegexParams:

@@ -35,7 +35,7 @@ import regex
 from chunkline.packing import pack_units, units_from_cuts
 from chunkline.record import ChunkSpan
 from chunkline.registry import register_strategy
-from chunkline.strategies.regex_split import (
+from chunkline.patterns import (
     DEFAULT_TIMEOUT_SECONDS,
     check_timeout,
     compile_pattern,
@@ -46,14 +46,13 @@ from chunkline.strategies.units import (
     fitting_protected_ranges,
     merge_ranges,
 )
-from chunkline.structure import BlockKind, MarkdownDocument
+from chunkline.structure import BlockKind, MarkdownDocument, indicator_level
 from chunkline.token_offsets import TokenOffsets
 from chunkline.tokenizers import TokenCounter
 
 __all__ = ["SectionsParams", "custom_headings"]
 
 _CODE_KINDS = frozenset({BlockKind.FENCE, BlockKind.CODE_BLOCK})
-_DOTTED_NUMBER = regex.compile(r"\d+(?:\.\d+)*\.?")
 
 
 @dataclass(frozen=True)
@@ -155,7 +154,7 @@ def custom_headings(
         if headings and headings[-1].start_char == line_start:
             continue
         indicator = (match.group(1) or "").strip()
-        headings.append(CustomHeading(line_start, _level_of(indicator), " ".join((match.group(2) or "").split())))
+        headings.append(CustomHeading(line_start, indicator_level(indicator), " ".join((match.group(2) or "").split())))
     return headings
 
 
@@ -167,15 +166,6 @@ def _range_at(ranges: list[tuple[int, int]], position: int, *, starts_inside: bo
         return False
     start, end = ranges[slot]
     return position < end and (starts_inside or position > start)
-
-
-def _level_of(indicator: str) -> int:
-    """A heading level from a level indicator: ``###`` -> 3, ``2.1`` -> 2, anything else 1."""
-    if indicator and len(set(indicator)) == 1 and not indicator[0].isalnum():
-        return len(indicator)
-    if _DOTTED_NUMBER.fullmatch(indicator):
-        return len(indicator.rstrip(".").split("."))
-    return 1
 
 
 def _heading_paths(headings: list[CustomHeading]) -> list[tuple[str, ...]]:
