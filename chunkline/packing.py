@@ -16,7 +16,7 @@ import logging
 from collections.abc import Sequence
 
 from chunkline.record import ChunkSpan
-from chunkline.splitting import split_at_boundaries
+from chunkline.splitting import split_document_range
 from chunkline.structure import MarkdownDocument
 from chunkline.token_offsets import TokenOffsets
 from chunkline.tokenizers import TokenCounter
@@ -78,12 +78,10 @@ def pack_units(
         if count > max_tokens:
             # One unit alone is over the budget: split it at its own best boundaries.
             unit_start, unit_end = units[first]
-            pieces = split_at_boundaries(
-                text,
-                document.index,
+            pieces = split_document_range(
+                document,
                 unit_start,
                 unit_end,
-                document.blocks_within(unit_start, unit_end),
                 counter,
                 max_tokens,
                 0,

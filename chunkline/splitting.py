@@ -26,12 +26,12 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from chunkline.structure import PROTECTED_KINDS, Block
+from chunkline.structure import PROTECTED_KINDS, Block, MarkdownDocument
 from chunkline.text_index import TextIndex
 from chunkline.token_offsets import TokenOffsets
 from chunkline.tokenizers import TokenCounter
 
-__all__ = ["BoundaryLevel", "Piece", "split_at_boundaries", "split_token_windows"]
+__all__ = ["BoundaryLevel", "Piece", "split_at_boundaries", "split_document_range", "split_token_windows"]
 
 
 class BoundaryLevel(enum.IntEnum):
@@ -283,6 +283,29 @@ def split_at_boundaries(
         offsets = TokenOffsets(text, start, end, counter)
     splitter = _RangeSplitter(text, index, start, end, blocks, counter, max_tokens, overlap_tokens, offsets)
     return splitter.split()
+
+
+def split_document_range(
+    document: MarkdownDocument,
+    start: int,
+    end: int,
+    counter: TokenCounter,
+    max_tokens: int,
+    overlap_tokens: int = 0,
+    offsets: TokenOffsets | None = None,
+) -> list[Piece]:
+    """:func:`split_at_boundaries` over ``document.text[start:end]`` with the document's own blocks."""
+    return split_at_boundaries(
+        document.text,
+        document.index,
+        start,
+        end,
+        document.blocks_within(start, end),
+        counter,
+        max_tokens,
+        overlap_tokens,
+        offsets,
+    )
 
 
 def split_token_windows(

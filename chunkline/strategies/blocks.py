@@ -35,14 +35,13 @@ under its heading then produces no chunk.
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
 from chunkline.record import ChunkSpan
 from chunkline.registry import register_strategy
-from chunkline.splitting import split_at_boundaries
+from chunkline.splitting import split_document_range
 from chunkline.structure import Block, BlockKind, MarkdownDocument
 from chunkline.token_offsets import TokenOffsets
 from chunkline.tokenizers import TokenCounter
@@ -211,7 +210,6 @@ class _BlocksChunker:
             self.sizes = {atom.start_char: byte_at[atom.end_char] - byte_at[atom.start_char] for atom in self.atoms}
             self.target_size = self.params.max_bytes
         self.blocks = document.blocks
-        self.block_starts = [block.start_char for block in self.blocks]
 
     def _size_of(self, atom: Atom) -> int:
         return self.sizes[atom.start_char]
@@ -225,12 +223,6 @@ class _BlocksChunker:
         if size <= self.max_tokens - _ESTIMATE_SLACK_TOKENS:
             return True
         return self.offsets.count(start, end) <= self.max_tokens
-
-    def _blocks_inside(self, start: int, end: int) -> list[Block]:
-        """The blocks inside ``[start, end)`` (what the splitter needs), found by bisection."""
-        first = bisect_left(self.block_starts, start)
-        last = bisect_left(self.block_starts, end)
-        return [block for block in self.blocks[first:last] if block.end_char <= end]
 
     def _kept_code_count(self, atom: Atom) -> int | None:
         """The token count of a code atom over ``max_tokens`` that ``never_split_code`` keeps whole, else
@@ -266,12 +258,10 @@ class _BlocksChunker:
         count = self.offsets.count(start, end)
         if count <= self.max_tokens:
             return [ChunkSpan(start, end, path, False, count)]
-        pieces = split_at_boundaries(
-            self.text,
-            self.document.index,
+        pieces = split_document_range(
+            self.document,
             start,
             end,
-            self._blocks_inside(start, end),
             self.counter,
             self.max_tokens,
             0,

@@ -55,7 +55,7 @@ from typing import Literal, NamedTuple
 
 from chunkline.record import ChunkSpan
 from chunkline.registry import register_strategy
-from chunkline.splitting import split_at_boundaries
+from chunkline.splitting import split_document_range
 from chunkline.strategies.units import (
     after_blank_lines,
     check_overlap,
@@ -529,13 +529,11 @@ class _LinePacker:
     def _split_unit(self, start: int, end: int, heading_path: tuple[str, ...] | None) -> list[ChunkSpan]:
         """One unit over the budget on its own (a line longer than a chunk), split at its best boundaries."""
         document = self.document
-        pieces = split_at_boundaries(
-            document.text,
-            document.index,
-            start,
-            end,
-            document.blocks_within(start, end),
-            self.counter,
+        pieces = split_document_range(
+                document,
+                start,
+                end,
+                self.counter,
             self.max_tokens,
             0,
             self.offsets,

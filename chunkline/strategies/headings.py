@@ -23,7 +23,7 @@ from typing import Literal
 
 from chunkline.record import ChunkSpan
 from chunkline.registry import register_strategy
-from chunkline.splitting import split_at_boundaries, split_token_windows
+from chunkline.splitting import split_document_range, split_token_windows
 from chunkline.structure import MarkdownDocument
 from chunkline.token_offsets import TokenOffsets
 from chunkline.tokenizers import TokenCounter
@@ -92,12 +92,10 @@ def chunk_by_headings(document: MarkdownDocument, config, counter: TokenCounter)
                 text, start, end, counter, config.max_tokens, config.overlap_tokens, offsets
             )
         else:
-            pieces = split_at_boundaries(
-                text,
-                document.index,
+            pieces = split_document_range(
+                document,
                 start,
                 end,
-                document.blocks_within(start, end),
                 counter,
                 config.max_tokens,
                 config.overlap_tokens,

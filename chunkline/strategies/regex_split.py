@@ -34,12 +34,11 @@ from chunkline.patterns import (
     RegexTimeoutError,
     check_timeout,
     compile_pattern,
-    finditer_within,
     match_starts,
 )
 from chunkline.record import ChunkSpan
 from chunkline.registry import register_strategy
-from chunkline.splitting import split_at_boundaries
+from chunkline.splitting import split_document_range
 from chunkline.structure import MarkdownDocument
 from chunkline.token_offsets import TokenOffsets
 from chunkline.tokenizers import TokenCounter
@@ -98,13 +97,11 @@ def chunk_by_regex(document: MarkdownDocument, config, counter: TokenCounter) ->
         if token_count <= config.max_tokens:
             spans.append(ChunkSpan(start, end, None, False, token_count))
             continue
-        parts = split_at_boundaries(
-            text,
-            document.index,
-            start,
-            end,
-            document.blocks_within(start, end),
-            counter,
+        parts = split_document_range(
+                document,
+                start,
+                end,
+                counter,
             config.max_tokens,
             config.overlap_tokens,
             offsets,

@@ -75,7 +75,7 @@ import numpy as np
 
 from chunkline.record import ChunkSpan
 from chunkline.registry import register_strategy
-from chunkline.splitting import split_at_boundaries
+from chunkline.splitting import split_document_range
 from chunkline.structure import PROTECTED_KINDS, Block, BlockKind, MarkdownDocument
 from chunkline.token_offsets import TokenOffsets
 from chunkline.tokenizers import TokenCounter
@@ -275,7 +275,6 @@ class _ScoredChunker:
         self.by_tokens = self.params.mode == "tokens"
         self.offsets = TokenOffsets(self.text, 0, self.length, counter)
         self.blocks = document.blocks
-        self.block_starts = [block.start_char for block in self.blocks]
         self.protected_starts, self.protected_ends = self._protected_ranges()
         self.positions, self.scores = scan_break_points(
             document, (self.protected_starts, self.protected_ends), self.blocks
@@ -315,12 +314,6 @@ class _ScoredChunker:
         if slot >= 0 and position < self.protected_ends[slot]:
             return self.protected_starts[slot], self.protected_ends[slot]
         return None
-
-    def _blocks_inside(self, start: int, end: int) -> list[Block]:
-        """The blocks inside ``[start, end)`` (what the splitter needs), found by bisection."""
-        first = bisect_left(self.block_starts, start)
-        last = bisect_left(self.block_starts, end)
-        return [block for block in self.blocks[first:last] if block.end_char <= end]
 
     def _last_word_start(self, low: int, high: int) -> int | None:
         """The last word start in ``[low, high]``, or ``None``."""
@@ -417,12 +410,10 @@ class _ScoredChunker:
         """The first piece the boundary splitter makes from ``start``: it always fits the limit."""
         reach_tokens = 2 * self.max_tokens + _ESTIMATE_SLACK_TOKENS
         end = max(min(self.offsets.char_after_tokens(start, reach_tokens), self.length), target)
-        piece = split_at_boundaries(
-            self.text,
-            self.document.index,
+        piece = split_document_range(
+            self.document,
             start,
             end,
-            self._blocks_inside(start, end),
             self.counter,
             self.max_tokens,
             0,
@@ -464,12 +455,10 @@ class _ScoredChunker:
         end within the text already ``covered`` by earlier chunks (all overlap) are left out."""
         if count <= self.max_tokens:
             return [ChunkSpan(start, cut, None, False, count)]
-        pieces = split_at_boundaries(
-            self.text,
-            self.document.index,
+        pieces = split_document_range(
+            self.document,
             start,
             cut,
-            self._blocks_inside(start, cut),
             self.counter,
             self.max_tokens,
             self.overlap_tokens,

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from chunkline.record import ChunkSpan
 from chunkline.registry import Strategy
-from chunkline.splitting import split_at_boundaries
+from chunkline.splitting import split_document_range
 from chunkline.structure import BlockKind
 
 
@@ -29,9 +29,7 @@ def chunk_at_thematic_breaks(document, config, counter):
     cuts = sorted(set(cuts) | {len(text)})
     spans = []
     for start, end in zip(cuts, cuts[1:] or [len(text)]):
-        pieces = split_at_boundaries(
-            text, document.index, start, end, document.blocks_within(start, end), counter, config.max_tokens, 0
-        )
+        pieces = split_document_range(document, start, end, counter, config.max_tokens)
         spans.extend(ChunkSpan(p.start_char, p.end_char, None, len(pieces) > 1, p.token_count) for p in pieces)
     return spans
 
