@@ -3,7 +3,8 @@
 Usage::
 
     python benchmarks/bench_chunking.py [FOLDER ...] [--max-tokens 512] [--overlap-tokens 50]
-                                        [--runs 5] [--json out.json]
+                                        [--runs 5] [--strategies NAME,... | --no-strategies]
+                                        [--json out.json]
 
 FOLDER defaults to ``../shared/corpus`` beside the repository (the benchmark corpus, present on development
 and CI machines only). Every ``*.md`` / ``*.markdown`` file under the folders is read once, decoded as
@@ -46,6 +47,29 @@ Quality. Each system chunks the corpus once more, outside timing, and its output
   count per chunk.
 
 The floor produces no chunks; its quality figures are ``n/a``.
+
+Strategies. A second section (on by default; ``--strategies a,b`` chooses the strategies, ``--no-strategies``
+skips it) holds every registered strategy (``chunkline.available_strategies()``, entry-point plugins
+included) to the same measure: ``chunk_markdown`` over the whole corpus with ``ChunkConfig(strategy=name,
+max_tokens, overlap_tokens, params=get_strategy(name).default_params())``. Each of the ``--runs`` rounds
+times the floor first, then every strategy, in an order rotated each round; a strategy's figures are the
+median MB/s of its rounds and that over the floor's median from the same rounds. The TARGET every strategy
+is measured against is half the floor's throughput: at least 0.5x the floor (at most twice its time); the
+strategies below it are named under the table. A strategy for which these settings are not a valid config
+(``tokens`` needs ``max_tokens >= 64``) gets the ConfigError message in its row instead of figures.
+
+Its quality figures are those above, read against the guarantees the strategy declares
+(``chunkline.Strategy``):
+
+* chunks over the limit count only those that are not a declared soft-limit unit. A chunk over
+  ``max_tokens`` is one when the strategy declares ``soft_limit_kinds``, the chunk holds a block of one of
+  those kinds (its text, trailing whitespace removed) whose own count is over ``max_tokens``, and the rest
+  of the chunk is within it; such chunks are counted apart (``n/a`` for strategies that declare none);
+* fences/tables + list items that fit but were split are checked only for strategies that keep blocks
+  whole (``keeps_blocks_whole``); the others cut by their own unit (token windows, lines, characters, a
+  pattern) on purpose and show ``n/a (cuts by its unit)``;
+* characters lost, exact offsets and reconstruct failures (documents where ``reconstruct(chunks) != text``)
+  as for chunkline above.
 """
 
 from __future__ import annotations
@@ -70,7 +94,17 @@ import tiktoken
 from markdown_it import MarkdownIt
 
 import chunkline
-from chunkline import ChunkConfig, ReconstructionError, parse_markdown, reconstruct
+from chunkline import (
+    ChunkConfig,
+    ConfigError,
+    ReconstructionError,
+    Strategy,
+    available_strategies,
+    get_strategy,
+    parse_markdown,
+    reconstruct,
+)
+from chunkline.structure import Block
 from chunkline.tokenizers import load_encoding
 
 CHUNKLINE = "chunkline"
@@ -84,6 +118,9 @@ SEMANTIC_MODEL = "gpt-3.5-turbo"  # tiktoken-rs maps it to cl100k_base, the enco
 FENCE_OR_TABLE = frozenset({"fence", "table"})
 LIST_ITEM = "list_item"
 MAX_EXAMPLES = 5
+FLOOR_TARGET = 0.5
+"""The throughput every strategy is measured against, as a share of the floor's."""
+SPLIT_PROBLEMS = ("fences_tables_split", "list_items_split")
 
 
 # --------------------------------------------------------------------------------------------- corpus
@@ -161,8 +198,8 @@ class System:
     notes: dict[str, Any] = field(default_factory=dict)
 
 
-def chunkline_system(max_tokens: int, overlap_tokens: int) -> System:
-    config = ChunkConfig(max_tokens=max_tokens, overlap_tokens=overlap_tokens)
+def chunkline_system(config: ChunkConfig, name: str = CHUNKLINE) -> System:
+    """``chunk_markdown`` with ``config``: the main section's ``chunkline``, or one strategy of the second."""
     chunk_markdown = chunkline.chunk_markdown
 
     def run(document: Document) -> object:
@@ -177,7 +214,7 @@ def chunkline_system(max_tokens: int, overlap_tokens: int) -> System:
             reconstructs = False
         return DocumentOutput(spans, reconstructs)
 
-    return System(CHUNKLINE, run, collect)
+    return System(name, run, collect)
 
 
 def floor_system(encoding: tiktoken.Encoding) -> System:
@@ -263,6 +300,8 @@ def check_offset_unit(system: System, documents: Sequence[Document]) -> OffsetUn
 
 
 def rotated(items: Sequence[System], round_index: int) -> list[System]:
+    if not items:
+        return []
     shift = round_index % len(items)
     return [*items[shift:], *items[:shift]]
 
@@ -284,15 +323,23 @@ def warm_up(systems: Iterable[System], documents: Sequence[Document]) -> None:
         system.run(largest)
 
 
-def measure(systems: Sequence[System], documents: Sequence[Document], runs: int) -> dict[str, list[float]]:
-    """Per-round seconds of each system, the order rotated every round."""
-    seconds: dict[str, list[float]] = {system.name: [] for system in systems}
+def measure(
+    systems: Sequence[System],
+    documents: Sequence[Document],
+    runs: int,
+    lead: System | None = None,
+    label: str = "round",
+) -> dict[str, list[float]]:
+    """Per-round seconds of each system, the order rotated every round; ``lead``, if given, runs first in
+    every round (the strategies section's floor, timed once per round beside all of them)."""
+    leading = [lead] if lead is not None else []
+    seconds: dict[str, list[float]] = {system.name: [] for system in [*leading, *systems]}
     for round_index in range(runs):
-        order = rotated(systems, round_index)
+        order = [*leading, *rotated(systems, round_index)]
         for system in order:
             seconds[system.name].append(time_pass(system, documents))
         summary = ", ".join(f"{system.name} {seconds[system.name][-1]:.2f} s" for system in order)
-        print(f"round {round_index + 1}/{runs}: {summary}", file=sys.stderr, flush=True)
+        print(f"{label} {round_index + 1}/{runs}: {summary}", file=sys.stderr, flush=True)
     return seconds
 
 
@@ -318,6 +365,12 @@ class FittingBlocks:
         return sum(len(blocks) for blocks in getattr(self, which).values())
 
 
+def block_content(text: str, block: Block) -> BlockRange:
+    """The block's range with its trailing whitespace left out."""
+    stripped = text[block.start_char : block.end_char].rstrip()
+    return BlockRange(block.kind, block.start_char, block.start_char + len(stripped))
+
+
 def fitting_blocks(documents: Sequence[Document], encoding: tiktoken.Encoding, max_tokens: int) -> FittingBlocks:
     fences_and_tables: dict[str, list[BlockRange]] = {}
     list_items: dict[str, list[BlockRange]] = {}
@@ -332,10 +385,40 @@ def fitting_blocks(documents: Sequence[Document], encoding: tiktoken.Encoding, m
                 target = list_items[document.doc_id]
             else:
                 continue
-            stripped = text[block.start_char : block.end_char].rstrip()
-            if stripped and len(encoding.encode_ordinary(stripped)) <= max_tokens:
-                target.append(BlockRange(block.kind, block.start_char, block.start_char + len(stripped)))
+            content = block_content(text, block)
+            if content.end > content.start and token_count(encoding, text, content) <= max_tokens:
+                target.append(content)
     return FittingBlocks(fences_and_tables, list_items)
+
+
+def oversized_blocks(
+    documents: Sequence[Document], encoding: tiktoken.Encoding, max_tokens: int, kinds: frozenset[str]
+) -> dict[str, list[BlockRange]]:
+    """Per document, the blocks of ``kinds`` over ``max_tokens`` on their own: a strategy that declares
+    them as its ``soft_limit_kinds`` may give each a chunk over the limit."""
+    found: dict[str, list[BlockRange]] = {}
+    for document in documents:
+        text = document.text
+        contents = (block_content(text, block) for block in parse_markdown(text).blocks if block.kind in kinds)
+        found[document.doc_id] = [block for block in contents if token_count(encoding, text, block) > max_tokens]
+    return found
+
+
+def token_count(encoding: tiktoken.Encoding, text: str, block: BlockRange) -> int:
+    return len(encoding.encode_ordinary(text[block.start : block.end]))
+
+
+def is_soft_limit_chunk(
+    text: str, span: Span, units: Sequence[BlockRange], encoding: tiktoken.Encoding, max_tokens: int
+) -> bool:
+    """Whether a chunk over the limit is a declared soft-limit unit: it holds one of ``units`` (each over
+    the limit on its own) and the rest of the chunk, around that unit, is within the limit."""
+    for unit in units:
+        if span.start <= unit.start and unit.end <= span.end:
+            rest = text[span.start : unit.start] + text[unit.end : span.end]
+            if len(encoding.encode_ordinary(rest)) <= max_tokens:
+                return True
+    return False
 
 
 @dataclass
@@ -343,6 +426,9 @@ class Quality:
     documents: int = 0
     chunks: int = 0
     over_limit: int = 0
+    soft_limit_chunks: int | None = None
+    """Chunks over the limit that are a declared soft-limit unit (not in ``over_limit``); ``None`` when the
+    system declares none."""
     fences_tables_split: int = 0
     list_items_split: int = 0
     characters: int = 0
@@ -389,7 +475,10 @@ def check_document(
     blocks: FittingBlocks,
     encoding: tiktoken.Encoding,
     max_tokens: int,
+    soft_limit_units: Sequence[BlockRange] | None = None,
 ) -> None:
+    """Add one document's figures to ``quality``; ``soft_limit_units`` are the document's blocks a chunk
+    may exceed the limit for (see :func:`is_soft_limit_chunk`), ``None`` when the system declares none."""
     text = document.text
     quality.documents += 1
     quality.chunks += len(output.spans)
@@ -397,8 +486,13 @@ def check_document(
     for index, span in enumerate(output.spans):
         exact = len(encoding.encode_ordinary(span.text))
         if exact > max_tokens:
-            quality.over_limit += 1
-            quality.example("over_limit", f"{document.doc_id} chunk {index} [{span.start}:{span.end}]: {exact} tokens")
+            if soft_limit_units and is_soft_limit_chunk(text, span, soft_limit_units, encoding, max_tokens):
+                quality.soft_limit_chunks = (quality.soft_limit_chunks or 0) + 1
+            else:
+                quality.over_limit += 1
+                quality.example(
+                    "over_limit", f"{document.doc_id} chunk {index} [{span.start}:{span.end}]: {exact} tokens"
+                )
         if text[span.start : span.end] == span.text:
             quality.offsets_exact += 1
         else:
@@ -435,12 +529,15 @@ def assess(
     blocks: FittingBlocks,
     encoding: tiktoken.Encoding,
     max_tokens: int,
+    soft_limit_units: dict[str, list[BlockRange]] | None = None,
 ) -> Quality:
-    """The quality figures of one untimed pass of ``system`` over the corpus."""
+    """The quality figures of one untimed pass of ``system`` over the corpus; ``soft_limit_units`` per
+    document for a system that declares soft-limit units (see :func:`oversized_blocks`)."""
     assert system.collect is not None
-    quality = Quality()
+    quality = Quality(soft_limit_chunks=None if soft_limit_units is None else 0)
     for document in documents:
-        check_document(quality, document, system.collect(document), blocks, encoding, max_tokens)
+        units = None if soft_limit_units is None else soft_limit_units[document.doc_id]
+        check_document(quality, document, system.collect(document), blocks, encoding, max_tokens, units)
     return quality
 
 
@@ -545,12 +642,15 @@ def table_rows(
 
 
 def aligned_table(header: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(line[column]) for line in [header, *rows]) for column in range(len(header))]
+    """Columns aligned; a row shorter than the header ends in a cell that runs on over the columns left."""
+    full = [cells for cells in [header, *rows] if len(cells) == len(header)]
+    widths = [max(len(line[column]) for line in full) for column in range(len(header))]
 
     def line(cells: list[str]) -> str:
-        first = cells[0].ljust(widths[0])
-        rest = (cell.rjust(width) for cell, width in zip(cells[1:], widths[1:]))
-        return "  ".join([first, *rest]).rstrip()
+        aligned = [cells[0].ljust(widths[0]), *(cell.rjust(width) for cell, width in zip(cells[1:], widths[1:]))]
+        if 1 < len(cells) < len(header):
+            aligned[-1] = cells[-1]
+        return "  ".join(aligned).rstrip()
 
     rule = "  ".join("-" * width for width in widths)
     return "\n".join([line(header), rule, *(line(cells) for cells in rows)])
@@ -600,15 +700,213 @@ def ratio_lines(results: dict[str, SystemResult]) -> list[str]:
     return lines
 
 
-def problem_lines(results: dict[str, SystemResult]) -> list[str]:
-    """chunkline's broken promises, with where to reproduce them (each one is an engine bug)."""
-    quality = results[CHUNKLINE].quality
-    if quality is None or not quality.examples:
+def problem_lines(name: str, quality: Quality | None, exempt: Iterable[str] = ()) -> list[str]:
+    """A chunkline strategy's broken promises, with where to reproduce them (each one is an engine bug);
+    ``exempt`` problems are not promises this strategy makes."""
+    skipped = frozenset(exempt)
+    recorded = quality.examples if quality is not None else {}
+    found = {problem: examples for problem, examples in recorded.items() if problem not in skipped}
+    if not found:
         return []
-    lines = ["chunkline problems (engine bugs; first examples):"]
-    for problem, examples in quality.examples.items():
+    lines = [f"{name} problems (engine bugs; first examples):"]
+    for problem, examples in found.items():
         lines.extend(f"  {problem}: {example}" for example in examples)
     return lines
+
+
+# ----------------------------------------------------------------------------------------- strategies
+
+
+@dataclass(frozen=True)
+class StrategyResult:
+    strategy: Strategy
+    params: Any
+    """The parameters benchmarked (``Strategy.default_params()``); ``None`` when the config is invalid."""
+    result: SystemResult | None
+    """Timing and quality; ``None`` when the benchmark's settings are not a valid config for the strategy."""
+    config_error: str | None = None
+    """The ConfigError message in that case."""
+
+
+@dataclass(frozen=True)
+class StrategySection:
+    floor: SystemResult
+    """The floor, timed first in every round of this section."""
+    entries: list[StrategyResult]
+
+    def over_floor(self, entry: StrategyResult) -> float | None:
+        """The strategy's throughput over the floor's, both medians of the same rounds."""
+        if entry.result is None:
+            return None
+        return entry.result.mb_per_second / self.floor.mb_per_second
+
+    def below_target(self) -> list[StrategyResult]:
+        return [
+            entry for entry in self.entries if (share := self.over_floor(entry)) is not None and share < FLOOR_TARGET
+        ]
+
+
+def strategy_config(strategy: Strategy, max_tokens: int, overlap_tokens: int) -> ChunkConfig | str:
+    """The strategy with its default parameters at the benchmark's settings, or why that is no valid config."""
+    try:
+        params = strategy.default_params()
+    except TypeError:  # required parameters and no example: ChunkConfig names them
+        params = None
+    try:
+        return ChunkConfig(strategy=strategy.name, max_tokens=max_tokens, overlap_tokens=overlap_tokens, params=params)
+    except ConfigError as error:
+        return str(error)
+
+
+def run_strategies(
+    names: Sequence[str],
+    corpus: Corpus,
+    encoding: tiktoken.Encoding,
+    blocks: FittingBlocks,
+    max_tokens: int,
+    overlap_tokens: int,
+    runs: int,
+) -> StrategySection:
+    """Time each strategy over the corpus beside the floor, then check its output (untimed)."""
+    documents = corpus.documents
+    strategies = [get_strategy(name) for name in names]
+    configs = {strategy.name: strategy_config(strategy, max_tokens, overlap_tokens) for strategy in strategies}
+    systems = {
+        name: chunkline_system(config, name) for name, config in configs.items() if isinstance(config, ChunkConfig)
+    }
+    floor = floor_system(encoding)
+    warm_up([floor, *systems.values()], documents)
+    seconds = measure(list(systems.values()), documents, runs, lead=floor, label="strategies round")
+
+    print("checking strategy quality (untimed)...", file=sys.stderr, flush=True)
+    soft_limit_units: dict[frozenset[str], dict[str, list[BlockRange]]] = {}
+    entries: list[StrategyResult] = []
+    for strategy in strategies:
+        config = configs[strategy.name]
+        if isinstance(config, str):
+            entries.append(StrategyResult(strategy, None, None, config))
+            continue
+        kinds = strategy.soft_limit_kinds
+        if kinds and kinds not in soft_limit_units:
+            soft_limit_units[kinds] = oversized_blocks(documents, encoding, max_tokens, kinds)
+        units = soft_limit_units[kinds] if kinds else None
+        quality = assess(systems[strategy.name], documents, blocks, encoding, max_tokens, units)
+        result = SystemResult(strategy.name, seconds[strategy.name], corpus.megabytes, quality)
+        entries.append(StrategyResult(strategy, config.params, result))
+    return StrategySection(SystemResult(FLOOR, seconds[FLOOR], corpus.megabytes, None), entries)
+
+
+def strategy_rows(section: StrategySection, max_tokens: int) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of the strategies table: one row per strategy (the floor first), one column per figure
+    (:func:`strategy_legend` spells the columns out). A strategy whose config is invalid gets one cell after
+    its name: the ConfigError message."""
+    header = [
+        "strategy",
+        "MB/s",
+        "/ floor",
+        "chunks",
+        f"over {max_tokens}",
+        "soft-limit",
+        "fit but split",
+        "chars lost",
+        "exact offsets",
+        "reconstruct fails",
+    ]
+    rows = [[FLOOR, f"{section.floor.mb_per_second:.2f}", "1.00x", *(["n/a"] * (len(header) - 3))]]
+    for entry in section.entries:
+        strategy, result = entry.strategy, entry.result
+        if result is None or result.quality is None:
+            rows.append([strategy.name, f"invalid config: {entry.config_error}"])
+            continue
+        quality = result.quality
+        rows.append(
+            [
+                strategy.name,
+                f"{result.mb_per_second:.2f}",
+                f"{section.over_floor(entry):.2f}x",
+                str(quality.chunks),
+                str(quality.over_limit),
+                "n/a" if quality.soft_limit_chunks is None else str(quality.soft_limit_chunks),
+                (
+                    f"{quality.fences_tables_split} + {quality.list_items_split}"
+                    if strategy.keeps_blocks_whole
+                    else "n/a (cuts by its unit)"
+                ),
+                str(quality.characters_lost),
+                percent_exact(quality.offsets_exact, quality.chunks),
+                str(quality.documents - (quality.documents_reconstructed or 0)),
+            ]
+        )
+    return header, rows
+
+
+def strategy_legend(blocks: FittingBlocks, documents: int, max_tokens: int) -> list[str]:
+    return [
+        "MB/s: median throughput; / floor: that over the floor's median from the same rounds",
+        f"over {max_tokens}: chunks over {max_tokens} tokens that are not a declared soft-limit unit; soft-limit: "
+        "chunks over it that are one (a block of the strategy's soft_limit_kinds, itself over the limit, with "
+        "the rest of the chunk within it); n/a: the strategy declares none",
+        f"fit but split: fences/tables (of {blocks.total('fences_and_tables')}) + list items "
+        f"(of {blocks.total('list_items')}) that fit within {max_tokens} tokens but no chunk holds whole; "
+        "checked for strategies that keep blocks whole",
+        f"chars lost: characters in no chunk; exact offsets: chunks whose text is text[start:end]; "
+        f"reconstruct fails: documents (of {documents}) where reconstruct(chunks) != text",
+    ]
+
+
+def strategy_section_lines(
+    section: StrategySection, blocks: FittingBlocks, documents: int, max_tokens: int
+) -> list[str]:
+    header, rows = strategy_rows(section, max_tokens)
+    below = section.below_target()
+    if below:
+        shortfalls = (f"{entry.strategy.name} ({section.over_floor(entry):.2f}x)" for entry in below)
+        verdict = "below it: " + ", ".join(shortfalls)
+    elif any(entry.result is not None for entry in section.entries):
+        verdict = "every strategy measured meets it"
+    else:
+        verdict = "no strategy could be measured"
+    lines = [
+        "strategies: each with get_strategy(name).default_params(), timed beside the floor (the floor first in "
+        "every round, the strategies in an order rotated each round)",
+        "",
+        aligned_table(header, rows),
+        "",
+        *strategy_legend(blocks, documents, max_tokens),
+        f"target: at least {FLOOR_TARGET:.2f}x the floor's throughput (at most {1 / FLOOR_TARGET:.0f}x its time); "
+        + verdict,
+    ]
+    for entry in section.entries:
+        exempt = () if entry.strategy.keeps_blocks_whole else SPLIT_PROBLEMS
+        problems = problem_lines(entry.strategy.name, entry.result.quality if entry.result else None, exempt)
+        if problems:
+            lines += ["", *problems]
+    return [*lines, "", "Markdown (strategies):", "", markdown_table(header, rows)]
+
+
+def strategies_json(section: StrategySection) -> dict[str, Any]:
+    def entry_json(entry: StrategyResult) -> dict[str, Any]:
+        over_floor = section.over_floor(entry)
+        timing_and_quality = (
+            entry.result.to_json()
+            if entry.result is not None
+            else dict.fromkeys(("seconds_per_run", "median_seconds", "median_mb_per_second", "quality"))
+        )
+        return {
+            "keeps_blocks_whole": entry.strategy.keeps_blocks_whole,
+            "soft_limit_kinds": sorted(entry.strategy.soft_limit_kinds),
+            "params": None if entry.params is None else asdict(entry.params),
+            "config_error": entry.config_error,
+            **timing_and_quality,
+            "over_floor": over_floor,
+            "meets_target": None if over_floor is None else over_floor >= FLOOR_TARGET,
+        }
+
+    return {
+        "target_over_floor": FLOOR_TARGET,
+        "floor": section.floor.to_json(),
+        "strategies": {entry.strategy.name: entry_json(entry) for entry in section.entries},
+    }
 
 
 # ----------------------------------------------------------------------------------------------- main
@@ -624,11 +922,26 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--overlap-tokens", type=int, default=50)
     parser.add_argument("--runs", type=int, default=5, help="timed passes per system (default: 5)")
     parser.add_argument("--json", type=Path, metavar="OUT", help="also write every figure to this JSON file")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument(
+        "--strategies", type=comma_separated, metavar="NAME,...",
+        help="strategies of the second section (default: every registered one)",
+    )
+    which.add_argument("--no-strategies", action="store_true", help="skip the strategies section")
     args = parser.parse_args(argv)
     if args.runs < 1:
         parser.error("--runs must be at least 1")
     if not 0 <= args.overlap_tokens < args.max_tokens:
         parser.error("--overlap-tokens must be >= 0 and less than --max-tokens")
+    registered = available_strategies()
+    if args.no_strategies:
+        args.strategies = []
+    elif args.strategies is None:
+        args.strategies = registered
+    else:
+        unknown = [name for name in args.strategies if name not in registered]
+        if unknown:
+            parser.error(f"unknown strategy {unknown[0]!r}; registered: {', '.join(registered)}")
     if not args.folders:
         default = DEFAULT_CORPUS.resolve()
         if not default.is_dir():
@@ -643,8 +956,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
+def comma_separated(value: str) -> list[str]:
+    names = list(dict.fromkeys(name.strip() for name in value.split(",") if name.strip()))
+    if not names:
+        raise argparse.ArgumentTypeError("name at least one strategy, e.g. --strategies headings,tokens")
+    return names
+
+
 def build_systems(args: argparse.Namespace, encoding: tiktoken.Encoding) -> list[System]:
-    systems = [chunkline_system(args.max_tokens, args.overlap_tokens), floor_system(encoding)]
+    config = ChunkConfig(max_tokens=args.max_tokens, overlap_tokens=args.overlap_tokens)
+    systems = [chunkline_system(config), floor_system(encoding)]
     semantic = semantic_system(args.max_tokens, args.overlap_tokens)
     if semantic is None:
         print(
@@ -691,11 +1012,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"chunks of non-ASCII documents, {offset_check.match_as_characters} match as character offsets, "
             f"{offset_check.match_as_bytes} as byte offsets"
         )
-    problems = problem_lines(results)
+    problems = problem_lines(CHUNKLINE, results[CHUNKLINE].quality)
     if problems:
         output += ["", *problems]
     output += ["", "Markdown:", "", markdown_table(header, rows)]
-    print("\n".join(output))
+    print("\n".join(output), flush=True)
+
+    section = None
+    if args.strategies:
+        section = run_strategies(
+            args.strategies, corpus, encoding, blocks, args.max_tokens, args.overlap_tokens, args.runs
+        )
+        print("\n".join(["", *strategy_section_lines(section, blocks, len(documents), args.max_tokens)]))
 
     if args.json:
         report = {
@@ -724,8 +1052,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if offset_check is not None
                 else None
             ),
+            "strategies": strategies_json(section) if section is not None else None,
         }
-        args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        args.json.write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
         print(f"wrote {args.json}", file=sys.stderr)
     return 0
 

@@ -75,12 +75,12 @@ class _SpillRowsFn(beam.DoFn):
         self._rows: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
         self._buffered_bytes = 0
 
-    def process(self, element: tuple[str, dict[str, Any]]) -> Iterator[int]:
-        table, row = element
-        if table not in TABLE_SCHEMAS:
-            raise ValueError(f"row for unknown table {table!r}")
-        self._rows[(table, shard_of(row["doc_id"], self._settings.shards))].append(row)
-        self._buffered_bytes += _row_size(row)
+    def process(self, element: list[tuple[str, dict[str, Any]]]) -> Iterator[int]:
+        for table, row in element:
+            if table not in TABLE_SCHEMAS:
+                raise ValueError(f"row for unknown table {table!r}")
+            self._rows[(table, shard_of(row["doc_id"], self._settings.shards))].append(row)
+            self._buffered_bytes += _row_size(row)
         if self._buffered_bytes >= self._settings.spill_bytes:
             yield self._spill()
 
@@ -155,7 +155,8 @@ def _sorted_unique(table: pa.Table, key_columns: tuple[str, ...]) -> pa.Table:
 
 
 class WriteChunkTables(beam.PTransform):
-    """Stage ``(table, row)`` pairs as sorted Parquet files, one per non-empty (table, shard); outputs their paths."""
+    """Stage lists of ``(table, row)`` pairs (one list per document) as sorted Parquet files, one per
+    non-empty (table, shard); outputs their paths."""
 
     def __init__(self, settings: WriteSettings):
         super().__init__()
@@ -163,7 +164,7 @@ class WriteChunkTables(beam.PTransform):
             raise ValueError("shards must be >= 1")
         self._settings = settings
 
-    def expand(self, rows: beam.PCollection[tuple[str, dict[str, Any]]]) -> beam.PCollection[str]:
+    def expand(self, rows: beam.PCollection[list[tuple[str, dict[str, Any]]]]) -> beam.PCollection[str]:
         spills_done = rows | "Spill" >> beam.ParDo(_SpillRowsFn(self._settings))
         shards = [(name, shard) for name in TABLE_SCHEMAS for shard in range(self._settings.shards)]
         return (
