@@ -98,7 +98,9 @@ def pack_units(
             break
         # The next chunk repeats up to overlap_units units, but always moves past this chunk's first unit.
         first = max(last + 1 - overlap_units, first + 1)
-    if overlap_units and emitted_units and repeated_units * 2 > emitted_units:
+    implausible = overlap_units and emitted_units and repeated_units * 2 > emitted_units
+    if implausible and (unit_name, overlap_units) not in _warned:
+        _warned.add((unit_name, overlap_units))  # once per process, not once per document
         logger.warning(
             "overlap of %d %s re-emits %.0f%% of the units in every chunk: overlap is counted in %s, not "
             "tokens; a value of 1-3 is typical",
@@ -108,6 +110,9 @@ def pack_units(
             unit_name,
         )
     return spans
+
+
+_warned: set[tuple[str, int]] = set()
 
 
 def _last_unit_within(
