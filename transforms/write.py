@@ -46,7 +46,7 @@ class WriteSettings:
     row_group_rows: int
     compression: str = "zstd"
     storage_options: dict[str, Any] | None = None
-    spill_bytes: int = 32_000_000
+    spill_bytes: int = 8_000_000
     """Buffered row text (approximate bytes) per worker before a spill file is written."""
 
 
