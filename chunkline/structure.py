@@ -306,12 +306,23 @@ def _parse_front_matter(format_name: str, body: str) -> tuple[dict[str, Any] | N
             except ModuleNotFoundError:  # Python 3.10
                 import tomli as tomllib
             data = tomllib.loads(body)
-    except Exception as error:  # any parse failure is reported, never raised: the document still chunks
-        message = " ".join(str(error).split()) or type(error).__name__
-        return None, f"{format_name} front matter could not be parsed: {message}"
+    except Exception as error:  # any parse failure is reported, never raised
+        return None, f"{format_name} front matter could not be parsed: {_load_problem(error)}; fix it in the file"
     if not isinstance(data, dict):
         raise _NotFrontMatter
     return data, None
+
+
+def _load_problem(error: Exception) -> str:
+    """What went wrong loading front matter, with the line counted in the file (the body starts on line 2)."""
+    problem = getattr(error, "problem", None)
+    mark = getattr(error, "problem_mark", None)
+    if problem and mark is not None:
+        detail = f"{problem} at line {mark.line + 2}, column {mark.column + 1}"
+        if "constructor" in problem:
+            detail += " (tags that build Python objects are refused: front matter is loaded safely)"
+        return detail
+    return " ".join(str(error).split()) or type(error).__name__
 
 
 def parse_markdown(text: str) -> MarkdownDocument:

@@ -21,8 +21,10 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import time
+import traceback
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TextIO
@@ -36,7 +38,7 @@ from chunkline.registry import available_strategies, get_strategy
 from chunkline.structure import parse_markdown
 from chunkline.tokenizers import TokenizerUnavailableError, get_token_counter
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "console_main", "build_parser"]
 
 MARKDOWN_SUFFIXES = (".md", ".markdown")
 
@@ -276,5 +278,35 @@ def _strategies_command(arguments: argparse.Namespace) -> int:
     return 0
 
 
+def console_main() -> None:
+    """The ``chunkline`` program: :func:`main`, then an exit that skips the interpreter's teardown.
+
+    pyarrow's native thread pool, once used from a pipeline's worker thread, sometimes aborts the
+    interpreter's teardown ("terminate called without an active exception", apache/arrow#34314): a run
+    that has published its dataset would then exit with status 134 instead of 0. Everything is flushed and
+    the process exits with :func:`main`'s status without that teardown."""
+    try:
+        status = main()
+    except SystemExit as exit_request:  # argparse errors, --help, --version
+        status = exit_request.code
+    except KeyboardInterrupt:
+        status = 130
+    except BaseException:  # as the interpreter would report it
+        traceback.print_exc()
+        status = 1
+    if status is None:
+        status = 0
+    elif not isinstance(status, int):
+        print(status, file=sys.stderr)
+        status = 1
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe (`chunkline chunk ... | head`)
+            pass
+    os._exit(status)
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    console_main()

@@ -1,31 +1,211 @@
-"""Writing dataset files so that no reader ever sees half of one (no Beam here)."""
+"""Writing dataset files so that no reader ever sees half of one, and getting past transient storage errors
+(no Beam here)."""
 
 from __future__ import annotations
 
+import errno
 import io
+import logging
+import time
 import uuid
+from collections.abc import Callable
+from typing import TypeVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from fsspec.implementations.local import LocalFileSystem
 
-__all__ = ["parquet_bytes", "write_file_atomically"]
+__all__ = [
+    "StorageError",
+    "is_transient_storage_error",
+    "parquet_bytes",
+    "read_file_bytes",
+    "storage_url",
+    "with_storage_retries",
+    "write_file_atomically",
+]
+
+logger = logging.getLogger("chunkline")
+
+T = TypeVar("T")
+
+#: Attempts of one storage operation (the first one included) before its error is final.
+STORAGE_ATTEMPTS = 5
+#: Wait before the second attempt; it doubles before each further attempt ...
+STORAGE_RETRY_BASE_SECONDS = 0.2
+#: ... up to this many seconds.
+STORAGE_RETRY_MAX_SECONDS = 5.0
+
+# OSErrors that no second attempt can fix: the path, the permissions, the disk or the call are wrong.
+_PERMANENT_OS_ERRORS = (
+    FileNotFoundError,
+    FileExistsError,
+    PermissionError,
+    IsADirectoryError,
+    NotADirectoryError,
+    io.UnsupportedOperation,
+)
+_PERMANENT_ERRNOS = frozenset(
+    getattr(errno, name)
+    for name in (
+        "ENOENT", "EEXIST", "EACCES", "EPERM", "EISDIR", "ENOTDIR", "ENOSPC", "EDQUOT", "EROFS", "ENAMETOOLONG", "EINVAL"
+    )
+    if hasattr(errno, name)
+)
+# Transient errors of storage clients that are not OSErrors, matched by class name so that no optional
+# package (botocore, aiohttp, requests, google-api-core, azure-core) is imported.
+_TRANSIENT_CLASS_NAMES = frozenset(
+    {
+        "BadGateway",
+        "ChunkedEncodingError",
+        "ClientConnectionError",
+        "ClientPayloadError",
+        "ConnectTimeoutError",
+        "ConnectionClosedError",
+        "ConnectionError",
+        "EndpointConnectionError",
+        "FSTimeoutError",
+        "GatewayTimeout",
+        "IncompleteReadError",
+        "InternalServerError",
+        "ProtocolError",
+        "ReadTimeoutError",
+        "ResponseStreamingError",
+        "ServerDisconnectedError",
+        "ServerTimeoutError",
+        "ServiceRequestError",
+        "ServiceResponseError",
+        "ServiceUnavailable",
+        "Timeout",
+        "TimeoutError",
+        "TooManyRequests",
+    }
+)
+# Error codes of an S3-style ``ClientError`` (``error.response["Error"]["Code"]``) that mean "try again".
+_TRANSIENT_SERVICE_CODES = frozenset(
+    {"InternalError", "RequestTimeout", "ServiceUnavailable", "SlowDown", "Throttling", "ThrottlingException", "500", "503"}
+)
 
 
-def write_file_atomically(fs, path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that no reader sees a partial file.
+class StorageError(OSError):
+    """A storage operation that still failed after :data:`STORAGE_ATTEMPTS` attempts."""
 
-    On a local disk the bytes go to a temporary name first and are renamed into place; object stores
-    make a single PUT visible all at once."""
+
+def is_transient_storage_error(error: BaseException) -> bool:
+    """Whether ``error`` is a storage failure that a later attempt may get past.
+
+    Every OSError except a wrong path, missing permission or full/read-only disk (by class or errno), the
+    connection and timeout errors of the common storage clients (by class name), and S3-style throttling
+    and server errors (by service error code)."""
+    if isinstance(error, StorageError):
+        return False  # retried already
+    if isinstance(error, OSError):
+        return not isinstance(error, _PERMANENT_OS_ERRORS) and error.errno not in _PERMANENT_ERRNOS
+    if any(cls.__name__ in _TRANSIENT_CLASS_NAMES for cls in type(error).__mro__):
+        return True
+    response = getattr(error, "response", None)
+    if isinstance(response, dict):
+        code = (response.get("Error") or {}).get("Code")
+        return str(code) in _TRANSIENT_SERVICE_CODES
+    return False
+
+
+def _scrub(message: str, secrets: tuple[str, ...]) -> str:
+    for secret in secrets:
+        if secret and secret in message:
+            message = message.replace(secret, "***")
+    return message
+
+
+def with_storage_retries(
+    operation: Callable[[], T],
+    url: str,
+    action: str,
+    *,
+    secrets: tuple[str, ...] = (),
+    sleep: Callable[[float], None] = time.sleep,
+) -> T:
+    """``operation()``, attempted again after a transient storage error with exponential backoff.
+
+    At most :data:`STORAGE_ATTEMPTS` attempts, waiting :data:`STORAGE_RETRY_BASE_SECONDS` doubled at each
+    retry and capped at :data:`STORAGE_RETRY_MAX_SECONDS`. A permanent error (see
+    :func:`is_transient_storage_error`) is raised at once, unchanged. When every attempt failed, a
+    :class:`StorageError` names ``action`` and ``url`` and the last error; ``secrets`` are replaced by
+    ``***`` in it and in the logged warnings, and the original exception is not chained (its message may
+    repeat a credential)."""
+    for attempt in range(1, STORAGE_ATTEMPTS + 1):
+        try:
+            return operation()
+        except Exception as error:
+            if not is_transient_storage_error(error):
+                raise
+            reason = _scrub(f"{type(error).__name__}: {error}", secrets)
+            if attempt == STORAGE_ATTEMPTS:
+                raise StorageError(
+                    f"cannot {action} {_scrub(url, secrets)}: "
+                    f"still failing after {attempt} attempts; last error {reason}"
+                ) from None
+            delay = min(STORAGE_RETRY_BASE_SECONDS * 2 ** (attempt - 1), STORAGE_RETRY_MAX_SECONDS)
+            logger.warning(
+                "chunkline: cannot %s %s (%s); attempt %d of %d, retrying in %.1f s",
+                action,
+                _scrub(url, secrets),
+                reason,
+                attempt,
+                STORAGE_ATTEMPTS,
+                delay,
+            )
+            sleep(delay)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def storage_url(fs, path: str) -> str:
+    """``path`` of ``fs`` as a URL, for messages."""
+    try:
+        return fs.unstrip_protocol(path)
+    except Exception:  # a filesystem that cannot say; the path is still useful
+        return path
+
+
+def read_file_bytes(fs, path: str, *, secrets: tuple[str, ...] = ()) -> bytes:
+    """The bytes of ``path``, read again after a transient storage error."""
+
+    def read() -> bytes:
+        with fs.open(path, "rb") as handle:
+            return handle.read()
+
+    return with_storage_retries(read, storage_url(fs, path), "read", secrets=secrets)
+
+
+def write_file_atomically(fs, path: str, data: bytes, *, secrets: tuple[str, ...] = ()) -> None:
+    """Write ``data`` to ``path`` so that no reader sees a partial file; a transient storage error is
+    retried (see :func:`with_storage_retries`).
+
+    On a local disk the bytes go to a temporary name first and are renamed into place (a failed attempt's
+    temporary file is removed); object stores make a single PUT visible all at once."""
     parent = path.rsplit("/", 1)[0]
-    fs.makedirs(parent, exist_ok=True)
-    if "file" in _protocols(fs):
+    local = isinstance(fs, LocalFileSystem) or "file" in _protocols(fs)
+
+    def write() -> None:
+        fs.makedirs(parent, exist_ok=True)
+        if not local:
+            with fs.open(path, "wb") as handle:
+                handle.write(data)
+            return
         temporary = f"{path}.tmp-{uuid.uuid4().hex}"
-        with fs.open(temporary, "wb") as handle:
-            handle.write(data)
-        fs.mv(temporary, path)
-    else:
-        with fs.open(path, "wb") as handle:
-            handle.write(data)
+        try:
+            with fs.open(temporary, "wb") as handle:
+                handle.write(data)
+            fs.mv(temporary, path)
+        except BaseException:
+            try:
+                if fs.exists(temporary):
+                    fs.rm(temporary)
+            except Exception:  # cleaning up must never hide the write's own error
+                pass
+            raise
+
+    with_storage_retries(write, storage_url(fs, path), "write", secrets=secrets)
 
 
 def _protocols(fs) -> tuple[str, ...]:

@@ -33,7 +33,7 @@ import pyarrow.parquet as pq
 from fsspec.core import url_to_fs
 
 from chunkline.schemas import SCHEMA_VERSION, TABLE_SCHEMAS
-from chunkline.pipelines.files import parquet_bytes, write_file_atomically
+from chunkline.pipelines.files import parquet_bytes, storage_url, with_storage_retries, write_file_atomically
 
 __all__ = [
     "MANIFEST_NAME",
@@ -93,8 +93,12 @@ def publish_run(
     run_id: str,
     manifest_fields: dict[str, Any],
     storage_options: dict[str, Any] | None = None,
+    secrets: tuple[str, ...] = (),
 ) -> PublishedDataset:
-    """Make the run staged under ``_staging/<run_id>`` the dataset at ``output_url``."""
+    """Make the run staged under ``_staging/<run_id>`` the dataset at ``output_url``.
+
+    Every read, move and write is retried after a transient storage error; ``secrets`` are kept out of the
+    error messages."""
     started = time.perf_counter()
     fs, root = url_to_fs(output_url, **(storage_options or {}))
     root = root.rstrip("/")
@@ -111,15 +115,21 @@ def publish_run(
             name, data = _empty_part(table)
             destination = _join(table_folder, name)
             if not fs.exists(destination):
-                write_file_atomically(fs, destination, data)
+                write_file_atomically(fs, destination, data, secrets=secrets)
             names.append(name)
         for path in staged:
             name = posixpath.basename(path)
             destination = _join(table_folder, name)
-            with fs.open(path, "rb") as handle:
-                rows += pq.ParquetFile(handle).metadata.num_rows
+            rows += with_storage_retries(
+                lambda path=path: _row_count(fs, path), storage_url(fs, path), "read", secrets=secrets
+            )
             if not fs.exists(destination):  # content-addressed: an existing name already holds these bytes
-                fs.mv(path, destination)
+                with_storage_retries(
+                    lambda path=path, destination=destination: _move(fs, path, destination),
+                    storage_url(fs, path),
+                    "move",
+                    secrets=secrets,
+                )
             names.append(name)
         tables[table] = {"files": [f"{table}/{name}" for name in names], "rows": rows}
     manifest = {
@@ -132,7 +142,8 @@ def publish_run(
     }
     manifest.setdefault("timings", {})["publish_seconds"] = round(time.perf_counter() - started, 3)
     # The commit point: from here on the new manifest names the dataset.
-    write_file_atomically(fs, _join(root, MANIFEST_NAME), json.dumps(manifest, indent=2, sort_keys=True).encode())
+    manifest_bytes = json.dumps(manifest, indent=2, sort_keys=True).encode()
+    write_file_atomically(fs, _join(root, MANIFEST_NAME), manifest_bytes, secrets=secrets)
     for table, entry in tables.items():
         keep = {posixpath.basename(name) for name in entry["files"]}
         table_folder = _join(root, table)
@@ -140,8 +151,21 @@ def publish_run(
             if posixpath.basename(path) not in keep:
                 fs.rm(path)
     _remove_tree(fs, _join(root, STAGING_FOLDER))
-    write_file_atomically(fs, _join(root, SUCCESS_NAME), f"{run_id}\n".encode())
+    write_file_atomically(fs, _join(root, SUCCESS_NAME), f"{run_id}\n".encode(), secrets=secrets)
     return PublishedDataset(output_url, run_id, manifest)
+
+
+def _row_count(fs, path: str) -> int:
+    """Rows of the Parquet file at ``path`` (its footer only is read)."""
+    with fs.open(path, "rb") as handle:
+        return pq.ParquetFile(handle).metadata.num_rows
+
+
+def _move(fs, source: str, destination: str) -> None:
+    """Move ``source`` to ``destination``; done already if an earlier attempt got as far as the copy and only
+    the source's removal failed."""
+    if fs.exists(source):
+        fs.mv(source, destination)
 
 
 def discard_run(output_url: str, run_id: str, storage_options: dict[str, Any] | None = None) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import platform
+import posixpath
 import secrets
 import time
 from dataclasses import dataclass
@@ -29,14 +30,16 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.portability.api import beam_provision_api_pb2
 from apache_beam.runners.portability.fn_api_runner import fn_runner
 from apache_beam.runners.portability.portable_runner import JobServiceHandle
-from fsspec.core import url_to_fs
+from fsspec.core import split_protocol, url_to_fs
+from fsspec.registry import get_filesystem_class
 
 from chunkline import __version__
 from chunkline.pipelines.config import RunConfig
+from chunkline.pipelines.files import storage_url, with_storage_retries
 from chunkline.pipelines.publish import discard_run, publish_run, read_dataset, staging_url
 from chunkline.settings import ConfigError
 from chunkline.transforms.chunk import ChunkDocuments
-from chunkline.transforms.read import ReadMarkdown
+from chunkline.transforms.read import ReadMarkdown, _glob_root
 from chunkline.transforms.write import WriteChunkTables, WriteSettings
 
 __all__ = ["RunSummary", "build_pipeline", "run_pipeline", "check_output_location", "new_run_id"]
@@ -83,29 +86,37 @@ def new_run_id() -> str:
     return f"{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}-{secrets.token_hex(3)}"
 
 
-def _local_path(url: str) -> Path | None:
+def _location(url: str) -> tuple[str, str] | None:
+    """Where ``url`` points, as (protocol, absolute normalized path), for comparing an output with the
+    inputs; None for a chained URL (``zip::...``).
+
+    Local paths and ``file://`` or ``local://`` URLs become the same real path whatever the spelling
+    (relative, ``.``, ``..``, symlinks); another protocol's path is normalized as its filesystem strips it
+    (``memory://docs`` and ``memory:///docs`` are one folder), or as written if its package is missing."""
     if "::" in url:
         return None
-    if url.startswith("file://"):
-        return Path(url[len("file://") :]).resolve()
-    if "://" not in url:
-        return Path(url).resolve()
-    return None
+    protocol, path = split_protocol(url)
+    if protocol is None or protocol in ("file", "local"):
+        return "file", Path(path).resolve().as_posix()
+    try:
+        path = get_filesystem_class(protocol)._strip_protocol(url)
+    except Exception:  # an optional package that is not installed; the URL's path is still comparable
+        pass
+    return protocol, posixpath.normpath("/" + path.lstrip("/"))
 
 
 def check_output_location(config: RunConfig) -> None:
-    """Refuse an output that is an input or lies inside an input folder, before anything is written."""
+    """Refuse an output that is an input or lies inside an input folder (a glob's folder: the part before
+    its first wildcard), before anything is written."""
     output = config.output.url or ""
-    output_local = _local_path(output)
+    output_location = _location(output)
     for raw in config.input.paths:
-        input_local = _local_path(raw.split("*", 1)[0])
-        if output_local is not None and input_local is not None:
-            if output_local == input_local or input_local in output_local.parents:
-                raise ConfigError(f"output {output} is inside input {raw}: its files would be read as input")
-        elif "://" in output and "://" in raw:
-            input_prefix = raw.split("*", 1)[0].rstrip("/")
-            if output.rstrip("/") == input_prefix or output.startswith(input_prefix + "/"):
-                raise ConfigError(f"output {output} is inside input {raw}: its files would be read as input")
+        input_location = _location(_glob_root(raw))
+        if output_location is None or input_location is None or output_location[0] != input_location[0]:
+            continue
+        output_path, input_path = output_location[1], input_location[1]
+        if output_path == input_path or output_path.startswith(input_path.rstrip("/") + "/"):
+            raise ConfigError(f"output {output} is inside input {raw}: its files would be read as input")
     if output.startswith("memory://") and config.run.workers > 0:
         raise ConfigError("memory:// output needs the in-process runner: worker processes cannot share memory")
 
@@ -142,6 +153,7 @@ def build_pipeline(pipeline: beam.Pipeline, config: RunConfig, run_id: str) -> N
         row_group_rows=config.output.row_group_rows,
         compression=config.output.compression,
         storage_options=dict(config.output.storage_options),
+        secrets=secret_values,
     )
     sources = pipeline | "ReadMarkdown" >> ReadMarkdown(config.input, secret_values)
     rows = sources | "ChunkDocuments" >> ChunkDocuments(config.chunking, config.input.encoding_errors, secret_values)
@@ -190,6 +202,7 @@ def run_pipeline(config: RunConfig, beam_args: list[str] | None = None) -> RunSu
             "timings": {"pipeline_seconds": round(pipeline_seconds, 3)},
         },
         config.output.storage_options,
+        secrets=tuple(config.secrets()),
     )
     total_seconds = time.perf_counter() - started
     errors = read_dataset(output_url, "errors", storage_options=config.output.storage_options).to_pylist()
@@ -210,8 +223,8 @@ def run_pipeline(config: RunConfig, beam_args: list[str] | None = None) -> RunSu
 
 def _staged_counts(output_url: str, run_id: str, config: RunConfig) -> dict[str, int]:
     import pyarrow.compute as pc
-    import pyarrow.parquet as pq
 
+    secret_values = tuple(config.secrets())
     fs, root = url_to_fs(staging_url(output_url, run_id), **config.output.storage_options)
     counts = {"documents_ok": 0, "documents_error": 0, "documents_skipped": 0, "chunks": 0, "tokens": 0, "input_bytes": 0, "errors": 0}
     for table, columns in (("documents", ["status", "size_bytes"]), ("chunks", ["token_count"]), ("errors", ["stage"])):
@@ -219,8 +232,12 @@ def _staged_counts(output_url: str, run_id: str, config: RunConfig) -> dict[str,
         if not fs.exists(folder):
             continue
         for path in sorted(fs.find(folder)):
-            with fs.open(path, "rb") as handle:
-                part = pq.read_table(handle, columns=columns)
+            part = with_storage_retries(
+                lambda path=path, columns=columns: _read_columns(fs, path, columns),
+                storage_url(fs, path),
+                "read",
+                secrets=secret_values,
+            )
             if table == "documents":
                 for status in ("ok", "error", "skipped"):
                     counts[f"documents_{status}"] += pc.sum(pc.equal(part["status"], status)).as_py() or 0
@@ -231,3 +248,11 @@ def _staged_counts(output_url: str, run_id: str, config: RunConfig) -> dict[str,
             else:
                 counts["errors"] += part.num_rows
     return counts
+
+
+def _read_columns(fs, path: str, columns: list[str]):
+    """``columns`` of the Parquet file at ``path`` (only their column chunks are read)."""
+    import pyarrow.parquet as pq
+
+    with fs.open(path, "rb") as handle:
+        return pq.read_table(handle, columns=columns)

@@ -121,7 +121,12 @@ class _ChunkDocumentsFn(beam.DoFn):
         document_row = self._document_row(source, data)
         try:
             if looks_binary(data):
-                raise _Problem("decode", "BinaryFile", "file is binary, not markdown text")
+                raise _Problem(
+                    "decode",
+                    "BinaryFile",
+                    "file is binary (control bytes or NUL bytes in invalid UTF-8), not markdown text; "
+                    "remove it from the input or leave it out with input.exclude",
+                )
             try:
                 text, encoding, replaced_bytes = decode_markdown(data, self._encoding_errors)
             except UnicodeDecodeError as error:

@@ -7,8 +7,9 @@ folder, the part of a glob before its first wildcard, or a single file's folder)
 
 The transform matches files in a DoFn, groups the matches by ``doc_id`` (which spreads the reads across
 workers and settles two inputs that hold the same ``doc_id``: the first input wins, the others are
-reported as skipped), then reads each file in a DoFn that builds its filesystems once per worker. A file
-that cannot be read is not an exception: it comes out as a :class:`SourceFile` with ``error`` set.
+reported as skipped), then reads each file in a DoFn that builds its filesystems once per worker. A
+transient storage error is retried (see :func:`chunkline.pipelines.files.with_storage_retries`); a file
+that still cannot be read is not an exception: it comes out as a :class:`SourceFile` with ``problem`` set.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from fsspec.core import url_to_fs
 from fsspec.implementations.local import LocalFileSystem
 
 from chunkline.pipelines.config import InputConfig
+from chunkline.pipelines.files import StorageError, with_storage_retries
 
 __all__ = ["ReadMarkdown", "SourceFile", "FileProblem", "match_input", "scrub"]
 
@@ -213,10 +215,17 @@ class _ReadFileFn(beam.DoFn):
         limit = self._config.max_file_bytes
         if source.size_bytes is not None and source.size_bytes > limit:
             return replace(source, problem=self._too_large(source.size_bytes, limit))
+        fs = self._filesystems[source.input_index]
+
+        def read() -> bytes:
+            with fs.open(source.path, "rb") as handle:
+                return handle.read(limit + 1)
+
         try:
-            with self._filesystems[source.input_index].open(source.path, "rb") as handle:
-                data = handle.read(limit + 1)
-        except Exception as error:  # vanished, unreadable, permission denied, storage failure
+            data = with_storage_retries(read, source.source_uri, "read", secrets=self._secrets)
+        except StorageError as error:  # a transient storage failure that lasted: the message names the file
+            return replace(source, problem=FileProblem("read", type(error).__name__, scrub(str(error), self._secrets)))
+        except Exception as error:  # vanished, unreadable, permission denied
             message = scrub(f"cannot read {source.source_uri}: {error}", self._secrets)
             return replace(source, problem=FileProblem("read", type(error).__name__, message))
         if len(data) > limit:

@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 from fsspec.core import url_to_fs
 
-from chunkline.pipelines.files import parquet_bytes, write_file_atomically
+from chunkline.pipelines.files import parquet_bytes, read_file_bytes, write_file_atomically
 from chunkline.schemas import TABLE_SCHEMAS
 
 __all__ = ["WriteChunkTables", "WriteSettings", "shard_of"]
@@ -48,6 +48,8 @@ class WriteSettings:
     storage_options: dict[str, Any] | None = None
     spill_bytes: int = 8_000_000
     """Buffered row text (approximate bytes) per worker before a spill file is written."""
+    secrets: tuple[str, ...] = ()
+    """Credential values to keep out of storage error messages."""
 
 
 def shard_of(doc_id: str, shards: int) -> int:
@@ -100,7 +102,7 @@ class _SpillRowsFn(beam.DoFn):
             sink = io.BytesIO()
             with ipc.new_file(sink, schema) as writer:
                 writer.write_table(table)
-            write_file_atomically(self._fs, path, sink.getvalue())
+            write_file_atomically(self._fs, path, sink.getvalue(), secrets=self._settings.secrets)
             written += 1
         self._rows = defaultdict(list)
         self._buffered_bytes = 0
@@ -126,14 +128,14 @@ class _MergeShardFn(beam.DoFn):
             return
         tables = []
         for path in sorted(spill_paths):
-            with self._fs.open(path, "rb") as handle:
-                tables.append(ipc.open_file(pa.BufferReader(handle.read())).read_all())
+            data = read_file_bytes(self._fs, path, secrets=self._settings.secrets)
+            tables.append(ipc.open_file(pa.BufferReader(data)).read_all())
         table = pa.concat_tables(tables)
         table = _sorted_unique(table, key_columns)
         data = parquet_bytes(table, self._settings.row_group_rows, self._settings.compression)
         name = f"part-{shard:05d}-{hashlib.sha256(data).hexdigest()[:16]}.parquet"
         path = f"{self._root}/{table_name}/{name}"
-        write_file_atomically(self._fs, path, data)
+        write_file_atomically(self._fs, path, data, secrets=self._settings.secrets)
         yield path
 
 

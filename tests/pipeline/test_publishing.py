@@ -295,10 +295,10 @@ def test_failure_before_the_manifest_is_written_keeps_the_old_dataset_for_reader
     _edit_corpus(root)
     original = publish_module.write_file_atomically
 
-    def manifest_write_fails(fs, path, data):
+    def manifest_write_fails(fs, path, data, **keywords):
         if path.endswith("_manifest.json"):
             raise OSError(5, "Input/output error")
-        return original(fs, path, data)
+        return original(fs, path, data, **keywords)
 
     with monkeypatch.context() as patch:
         patch.setattr(publish_module, "write_file_atomically", manifest_write_fails)
