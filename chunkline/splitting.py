@@ -199,7 +199,7 @@ class _RangeSplitter:
             count = self.count(start, self.end)
             if count <= self.max_tokens:
                 return Piece(start, self.end, count)
-        limit = min(self.tokens.char_after_tokens(start, self.max_tokens + _ESTIMATE_SLACK), self.end)
+        limit = min(self.tokens.char_after_tokens(start, self.max_tokens), self.end)
         slot = bisect_right(self.forbidden_starts, start) - 1
         if slot >= 0 and self.forbidden_starts[slot] == start and limit < self.forbidden_ends[slot]:
             # A protected block that fits starts here: its end is always a valid cut.
