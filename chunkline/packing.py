@@ -21,7 +21,7 @@ from chunkline.structure import MarkdownDocument
 from chunkline.token_offsets import TokenOffsets
 from chunkline.tokenizers import TokenCounter
 
-__all__ = ["pack_units", "units_from_cuts"]
+__all__ = ["last_unit_within", "pack_units", "units_from_cuts"]
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ def pack_units(
     repeated_units = emitted_units = 0
     while first < len(units):
         start = units[first][0]
-        last = _last_unit_within(offsets, units, first, start, max_tokens)
+        last = last_unit_within(offsets, units, first, start, max_tokens)
         count = offsets.count(start, units[last][1])
         while count > max_tokens and last > first:
             last -= 1
@@ -115,7 +115,7 @@ def pack_units(
 _warned: set[tuple[str, int]] = set()
 
 
-def _last_unit_within(
+def last_unit_within(
     offsets: TokenOffsets, units: Sequence[tuple[int, int]], first: int, start: int, max_tokens: int
 ) -> int:
     """The last unit index whose end keeps the estimated count from ``start`` within ``max_tokens``

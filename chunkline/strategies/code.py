@@ -53,6 +53,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
+from chunkline.packing import last_unit_within
 from chunkline.record import ChunkSpan
 from chunkline.registry import register_strategy
 from chunkline.splitting import split_document_range
@@ -505,14 +506,7 @@ class _LinePacker:
         """(last unit, exact count) of the longest run of units from ``first`` that fits when the chunk
         begins at ``start``; ``None`` when even ``units[first]`` does not."""
         offsets, max_tokens = self.offsets, self.max_tokens
-        low, high = first, len(units) - 1
-        while low < high:
-            middle = (low + high + 1) // 2
-            if offsets.estimate(start, units[middle][1]) <= max_tokens:
-                low = middle
-            else:
-                high = middle - 1
-        last = low
+        last = last_unit_within(offsets, units, first, start, max_tokens)
         count = offsets.count(start, units[last][1])
         while count > max_tokens and last > first:
             last -= 1
