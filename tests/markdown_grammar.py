@@ -124,3 +124,31 @@ def markdown_documents(draw) -> str:
     if draw(st.integers(0, 9)) == 0:
         text = "\ufeff" + text
     return text
+
+
+#: Single markdown lines (headings, fences, list items, tables, quotes, HTML, CJK) to join into documents
+#: that break and open blocks in every order.
+MARKDOWN_LINES = st.sampled_from(
+    [
+        "# Heading one",
+        "## Heading two",
+        "Setext",
+        "======",
+        "plain words in a line",
+        "a much longer line of prose with several words that wrap around the window more than once or twice",
+        "",
+        "   ",
+        "- list item",
+        "  continued item",
+        "1. ordered item",
+        "```",
+        "~~~",
+        "    indented code",
+        "***",
+        "> quoted # text",
+        "| a | b |",
+        "| - | - |",
+        "<div>",
+        "émoji 🦀 and CJK 日本語。",
+    ]
+)

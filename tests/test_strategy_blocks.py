@@ -16,6 +16,7 @@ from chunkline.strategies.blocks import (
     soft_limit_spans,
 )
 from conftest import FIXTURES, assert_invariants, assert_protected_blocks_whole, exact_token_count
+from markdown_grammar import MARKDOWN_LINES
 
 GUIDE = """\
 ---
@@ -327,34 +328,9 @@ def test_defaults_on_realistic_markdown(check_invariants):
     assert chunks == chunk_markdown(text, config, doc_id="guide.md")  # deterministic
 
 
-_LINES = st.sampled_from(
-    [
-        "# Heading one",
-        "## Heading two",
-        "Setext",
-        "======",
-        "plain words in a line",
-        "a much longer line of prose with several words that wrap around the window more than once or twice",
-        "",
-        "- list item",
-        "  continued item",
-        "1. ordered item",
-        "```",
-        "~~~",
-        "    indented code",
-        "***",
-        "> quoted # text",
-        "| a | b |",
-        "| - | - |",
-        "<div>",
-        "émoji 🦀 and CJK 日本語。",
-    ]
-)
-
-
 @settings(max_examples=60)
 @given(
-    lines=st.lists(_LINES, max_size=80),
+    lines=st.lists(MARKDOWN_LINES, max_size=80),
     newline=st.sampled_from(["\n", "\r\n"]),
     target=st.sampled_from(["bytes", "tokens"]),
     never_split_code=st.booleans(),
