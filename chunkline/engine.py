@@ -12,7 +12,11 @@ from chunkline.registry import get_strategy
 from chunkline.structure import MarkdownDocument, Section, parse_markdown, section_paths, sections_by_pattern
 from chunkline.tokenizers import TokenCounter, get_token_counter
 
-__all__ = ["chunk_markdown", "chunk_document", "reconstruct", "ReconstructionError"]
+__all__ = ["CHUNKING_VERSION", "chunk_markdown", "chunk_document", "reconstruct", "ReconstructionError"]
+
+#: Raised whenever the same bytes and config would give different chunks than before, so that incremental
+#: rebuilds know that chunks made by an older chunkline cannot be reused.
+CHUNKING_VERSION = "1"
 
 
 class ReconstructionError(ValueError):

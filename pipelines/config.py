@@ -15,10 +15,13 @@
       url: out/                      # or --output
       shards: 8
       row_group_rows: 65536
+      keep: 3                        # snapshots kept after a new one is published
       storage_options: {}
     run:
       workers: 0                     # 0: in-process; N: N worker processes
       fail_on_error: false
+      reindex: false                 # chunk every document again instead of carrying unchanged ones over
+      in_process_max_documents: 256  # incremental runs this small skip starting the runner
 
 Environment variables override a file section by section: ``CHUNKLINE_INPUT_MAX_FILE_BYTES``,
 ``CHUNKLINE_CHUNK_MAX_TOKENS``, ``CHUNKLINE_OUTPUT_SHARDS``, ``CHUNKLINE_RUN_WORKERS`` (``__`` nests), and
@@ -94,10 +97,19 @@ class OutputConfig:
     """Rows per Parquet row group."""
     compression: str = "zstd"
     """Parquet compression codec."""
+    keep: int = 3
+    """Published snapshots kept: after a new one is published, older ones beyond this count are removed."""
+    lock_expiry_seconds: int = 86_400
+    """A lock on the output older than this is taken over (a lock whose run died on this machine is taken
+    over at once)."""
     storage_options: dict[str, Any] = field(default_factory=dict)
     """fsspec storage options for the output; never written anywhere."""
 
     def __post_init__(self) -> None:
+        if self.keep < 1:
+            raise ValueError(f"keep must be >= 1 (the snapshot just published), got {self.keep}")
+        if self.lock_expiry_seconds < 1:
+            raise ValueError(f"lock_expiry_seconds must be >= 1, got {self.lock_expiry_seconds}")
         if not 1 <= self.shards <= 10_000:
             raise ValueError(f"shards must be from 1 to 10000, got {self.shards}")
         if self.row_group_rows < 1:
@@ -112,10 +124,17 @@ class RunSettings:
     """0: Beam's in-process FnApiRunner; N >= 1: the multi-processing DirectRunner with N processes."""
     fail_on_error: bool = False
     """Exit non-zero when any document produced an error row."""
+    reindex: bool = False
+    """Chunk every document again, even those whose bytes and config are unchanged since the last snapshot."""
+    in_process_max_documents: int = 256
+    """An incremental run with at most this many documents to chunk runs the pipeline's DoFns in this
+    process instead of starting the runner (whose start-up costs more than chunking a few files); 0: never."""
 
     def __post_init__(self) -> None:
         if self.workers < 0:
             raise ValueError(f"workers must be >= 0, got {self.workers}")
+        if self.in_process_max_documents < 0:
+            raise ValueError(f"in_process_max_documents must be >= 0, got {self.in_process_max_documents}")
 
 
 @dataclass(frozen=True)
@@ -158,9 +177,16 @@ class RunConfig:
                 "shards": self.output.shards,
                 "row_group_rows": self.output.row_group_rows,
                 "compression": self.output.compression,
+                "keep": self.output.keep,
+                "lock_expiry_seconds": self.output.lock_expiry_seconds,
                 "storage_options": redact(self.output.storage_options),
             },
-            "run": {"workers": self.run.workers, "fail_on_error": self.run.fail_on_error},
+            "run": {
+                "workers": self.run.workers,
+                "fail_on_error": self.run.fail_on_error,
+                "reindex": self.run.reindex,
+                "in_process_max_documents": self.run.in_process_max_documents,
+            },
         }
 
     def secrets(self) -> list[str]:

@@ -6,7 +6,8 @@ from typing import Any
 
 import pyarrow.compute as pc
 
-from chunkline.pipelines.publish import read_dataset, read_manifest
+from chunkline.pipelines.publish import list_snapshots, read_dataset, read_manifest
+from chunkline.schemas import TABLE_SCHEMAS
 
 __all__ = ["describe_dataset", "token_histogram"]
 
@@ -26,6 +27,41 @@ def token_histogram(token_counts: list[int], bins: int = _HISTOGRAM_BINS) -> lis
     return [(low + number * width, low + (number + 1) * width - 1, count) for number, count in enumerate(counts)]
 
 
+def _table_order(table: str) -> tuple[int, str]:
+    names = list(TABLE_SCHEMAS)
+    return (names.index(table) if table in names else len(names), table)
+
+
+def _describe_rebuild(manifest: dict[str, Any]) -> list[str]:
+    """How the snapshot was built and what changed since the previous one."""
+    rebuild = manifest.get("rebuild") or {}
+    changes = manifest.get("changes")
+    lines = []
+    if rebuild.get("mode") == "incremental":
+        lines.append(
+            f"rebuild: incremental from snapshot {rebuild.get('previous_snapshot')}: "
+            f"{rebuild.get('documents_chunked')} documents chunked, {rebuild.get('documents_carried_over')} carried over"
+        )
+    elif rebuild:
+        lines.append(f"rebuild: full ({rebuild.get('reason', 'no reason recorded')})")
+    if changes:
+        lines.append(
+            "changes: "
+            + ", ".join(f"{changes.get(kind, 0)} {kind}" for kind in ("added", "changed", "deleted", "unchanged"))
+            + f"; {changes.get('chunks_upserted', 0):,} chunk upserts, {changes.get('chunks_deleted', 0):,} chunk deletes"
+            + " (in changes/)"
+        )
+    return lines
+
+
+def _describe_snapshots(url: str, manifest: dict[str, Any], storage_options: dict[str, Any] | None) -> list[str]:
+    snapshots = list_snapshots(url, storage_options)
+    if not snapshots:
+        return []
+    marked = [f"{name} (latest)" if name == manifest.get("snapshot") else name for name in snapshots]
+    return [f"snapshots kept: {', '.join(marked)}"]
+
+
 def describe_dataset(url: str, *, error_rows: int = 10, storage_options: dict[str, Any] | None = None) -> str:
     """A readable summary: run, config, tables, documents by status, token histogram and errors."""
     manifest = read_manifest(url, storage_options)
@@ -41,8 +77,9 @@ def describe_dataset(url: str, *, error_rows: int = 10, storage_options: dict[st
         "",
         "tables:",
     ]
-    for table, entry in manifest["tables"].items():
-        lines.append(f"  {table:<10} {entry['rows']:>10,} rows in {len(entry['files'])} file(s)")
+    for table, entry in sorted(manifest["tables"].items(), key=lambda item: _table_order(item[0])):
+        lines.append(f"  {table:<17} {entry['rows']:>10,} rows in {len(entry['files'])} file(s)")
+    lines += ["", *_describe_rebuild(manifest), *_describe_snapshots(url, manifest, storage_options)]
     statuses = documents.column("status").to_pylist()
     lines += [
         "",

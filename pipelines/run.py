@@ -2,8 +2,10 @@
 
 ``run_pipeline(config, beam_args)`` is what ``chunkline run`` calls::
 
+    acquire_output_lock                                  (one run writes an output at a time)
+    plan_rebuild                                         (full, or incremental against the last snapshot)
     ReadMarkdown -> ChunkDocuments -> WriteChunkTables    (one Beam pipeline)
-    publish_run                                          (after the pipeline succeeded)
+    publish_run                                          (after the pipeline succeeded: a new snapshot)
 
 Without ``--runner`` among the Beam arguments the pipeline runs on Beam's in-process FnApiRunner, or with
 ``run.workers: N`` on the multi-processing DirectRunner (N worker processes); Beam's default DirectRunner
@@ -19,7 +21,7 @@ import platform
 import posixpath
 import secrets
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -36,7 +38,17 @@ from fsspec.registry import get_filesystem_class
 from chunkline import __version__
 from chunkline.pipelines.config import RunConfig
 from chunkline.pipelines.files import storage_url, with_storage_retries
-from chunkline.pipelines.publish import discard_run, publish_run, read_dataset, staging_url
+from chunkline.pipelines.publish import (
+    DatasetNotFoundError,
+    acquire_output_lock,
+    discard_run,
+    publish_run,
+    read_dataset,
+    read_manifest,
+    snapshot_url,
+    staging_url,
+)
+from chunkline.pipelines.rebuild import RebuildPlan, plan_rebuild, rebuild_fingerprint, write_shard_plans
 from chunkline.settings import ConfigError
 from chunkline.transforms.chunk import ChunkDocuments
 from chunkline.transforms.read import ReadMarkdown, _glob_root
@@ -62,6 +74,10 @@ class RunSummary:
     pipeline_seconds: float
     total_seconds: float
     errors: list[dict[str, Any]]
+    rebuild: dict[str, Any] = field(default_factory=dict)
+    """How the snapshot was built: mode (full or incremental), reason, documents chunked and carried over."""
+    changes: dict[str, int] = field(default_factory=dict)
+    """Documents added, changed, deleted and unchanged since the previous snapshot; chunk upserts and deletes."""
 
     @property
     def megabytes_per_second(self) -> float:
@@ -74,6 +90,19 @@ class RunSummary:
             f"{self.chunks:,} chunks, {self.tokens:,} tokens, {self.input_bytes / 1e6:.2f} MB "
             f"in {self.total_seconds:.1f} s ({self.megabytes_per_second:.2f} MB/s) -> {self.output_url}"
         ]
+        if self.rebuild.get("mode") == "incremental":
+            lines.append(
+                f"  incremental: {self.rebuild['documents_chunked']} documents chunked, "
+                f"{self.rebuild['documents_carried_over']} carried over from snapshot {self.rebuild['previous_snapshot']}"
+            )
+        elif self.rebuild.get("previous_snapshot"):
+            lines.append(f"  full rebuild: {self.rebuild['reason']}")
+        if self.changes:
+            lines.append(
+                "  changes: "
+                + ", ".join(f"{self.changes[kind]} {kind}" for kind in ("added", "changed", "deleted", "unchanged"))
+                + f"; {self.changes['chunks_upserted']:,} chunk upserts, {self.changes['chunks_deleted']:,} chunk deletes"
+            )
         for error in self.errors[:10]:
             lines.append(f"  error: {error['doc_id']} [{error['stage']}/{error['error_type']}] {error['message']}")
         if len(self.errors) > 10:
@@ -82,8 +111,9 @@ class RunSummary:
 
 
 def new_run_id() -> str:
-    """A run id that sorts by start time: ``20261130T101500Z-3f9a1c``."""
-    return f"{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}-{secrets.token_hex(3)}"
+    """A run id that sorts by start time, to the microsecond: ``20261130T101500.123456Z-3f9a1c`` (it names
+    the run's snapshot, and snapshots are kept newest first by it)."""
+    return f"{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S.%fZ')}-{secrets.token_hex(3)}"
 
 
 def _location(url: str) -> tuple[str, str] | None:
@@ -144,20 +174,44 @@ def _pipeline_options(config: RunConfig, beam_args: list[str]) -> tuple[Any, Pip
     return fn_runner.FnApiRunner(provision_info=provision_info), options
 
 
-def build_pipeline(pipeline: beam.Pipeline, config: RunConfig, run_id: str) -> None:
-    """Add chunkline's transforms to ``pipeline``: read, chunk and stage the tables of one run."""
+def _transforms(
+    config: RunConfig, run_id: str, plan: RebuildPlan
+) -> tuple[ReadMarkdown, ChunkDocuments, WriteChunkTables]:
+    """The read, chunk and write transforms of one run (all documents, or those an incremental plan names)."""
     secret_values = tuple(config.secrets())
+    output_url = config.output.url or ""
     settings = WriteSettings(
-        staging_url=staging_url(config.output.url or "", run_id),
+        staging_url=staging_url(output_url, run_id),
+        snapshot_url=snapshot_url(output_url, run_id),
         shards=config.output.shards,
         row_group_rows=config.output.row_group_rows,
         compression=config.output.compression,
         storage_options=dict(config.output.storage_options),
         secrets=secret_values,
+        previous=plan.previous,
+        incremental=plan.incremental,
     )
-    sources = pipeline | "ReadMarkdown" >> ReadMarkdown(config.input, secret_values)
-    rows = sources | "ChunkDocuments" >> ChunkDocuments(config.chunking, config.input.encoding_errors, secret_values)
-    _ = rows | "WriteChunkTables" >> WriteChunkTables(settings)
+    matched = plan.to_chunk if plan.incremental else None
+    return (
+        ReadMarkdown(config.input, secret_values, matched=matched),
+        ChunkDocuments(config.chunking, config.input.encoding_errors, secret_values),
+        WriteChunkTables(settings),
+    )
+
+
+def build_pipeline(pipeline: beam.Pipeline, config: RunConfig, run_id: str, plan: RebuildPlan | None = None) -> None:
+    """Add chunkline's transforms to ``pipeline``: read, chunk and write the snapshot of one run (all
+    documents, or with an incremental ``plan`` only those it names)."""
+    read, chunk, write = _transforms(config, run_id, plan or RebuildPlan("full", ""))
+    sources = pipeline | "ReadMarkdown" >> read
+    rows = sources | "ChunkDocuments" >> chunk
+    _ = rows | "WriteChunkTables" >> write
+
+
+def _run_in_process(config: RunConfig, run_id: str, plan: RebuildPlan) -> None:
+    """An incremental run's few documents through the same transforms' DoFns, without starting a runner."""
+    read, chunk, write = _transforms(config, run_id, plan)
+    write.write_in_process(chunk.chunk_in_process(read.read_in_process()))
 
 
 def _versions(config: RunConfig) -> dict[str, str]:
@@ -171,41 +225,112 @@ def _versions(config: RunConfig) -> dict[str, str]:
     return versions
 
 
-def run_pipeline(config: RunConfig, beam_args: list[str] | None = None) -> RunSummary:
-    """Run the pipeline for ``config`` and publish its dataset; returns the run's summary.
-
-    If the pipeline fails, what it staged is removed and the published dataset is left untouched."""
-    check_output_location(config)
+def _previous_state(config: RunConfig) -> tuple[dict[str, Any] | None, Any]:
+    """The published manifest at the output and its documents table (None, None for a new output)."""
     output_url = config.output.url or ""
-    url_to_fs(output_url, **config.output.storage_options)  # a bad URL or missing package fails here, early
-    run_id = new_run_id()
-    started = time.perf_counter()
-    runner, options = _pipeline_options(config, list(beam_args or []))
-    pipeline = beam.Pipeline(runner=runner, options=options)
-    build_pipeline(pipeline, config, run_id)
-    logger.info("chunkline: run %s reading %s", run_id, ", ".join(config.input.paths))
     try:
-        pipeline.run().wait_until_finish()
-    except BaseException:
-        discard_run(output_url, run_id, config.output.storage_options)
-        raise
-    pipeline_seconds = time.perf_counter() - started
-    counts = _staged_counts(output_url, run_id, config)
-    published = publish_run(
+        manifest = read_manifest(output_url, config.output.storage_options)
+    except DatasetNotFoundError:
+        return None, None
+    try:
+        documents = read_dataset(
+            output_url,
+            "documents",
+            columns=["doc_id", "source_uri", "status", "content_sha256", "modified_time"],
+            storage_options=config.output.storage_options,
+        )
+    except Exception as error:  # an unreadable snapshot is rebuilt in full, never trusted
+        logger.warning("chunkline: cannot read the published documents table (%s): rebuilding in full", type(error).__name__)
+        documents = None
+    return manifest, documents
+
+
+def _published_snapshot(config: RunConfig) -> str | None:
+    """The snapshot the output's root manifest names now (None if there is none or it cannot be read)."""
+    try:
+        return read_manifest(config.output.url or "", config.output.storage_options).get("snapshot")
+    except Exception:
+        return None
+
+
+def _publish(
+    output_url: str,
+    run_id: str,
+    config: RunConfig,
+    plan: RebuildPlan,
+    in_process: bool,
+    pipeline_seconds: float,
+    counts: dict[str, int],
+    changes: dict[str, int],
+    lock,
+):
+    return publish_run(
         output_url,
         run_id,
         {
             "config": config.to_public_dict(),
             "chunking_fingerprint": config.chunking.fingerprint(),
+            "rebuild_fingerprint": rebuild_fingerprint(config),
+            "rebuild": {**plan.describe(), "in_process": in_process},
+            "changes": changes,
             "versions": _versions(config),
             "counts": counts,
             "timings": {"pipeline_seconds": round(pipeline_seconds, 3)},
         },
         config.output.storage_options,
         secrets=tuple(config.secrets()),
+        keep=config.output.keep,
+        lock=lock,
     )
+
+
+def run_pipeline(config: RunConfig, beam_args: list[str] | None = None) -> RunSummary:
+    """Run the pipeline for ``config`` and publish its snapshot; returns the run's summary.
+
+    If the pipeline fails, what it wrote is removed and the published dataset is left untouched."""
+    check_output_location(config)
+    output_url = config.output.url or ""
+    storage_options = config.output.storage_options
+    url_to_fs(output_url, **storage_options)  # a bad URL or missing package fails here, early
+    run_id = new_run_id()
+    started = time.perf_counter()
+    secret_values = tuple(config.secrets())
+    lock = acquire_output_lock(
+        output_url, run_id, storage_options, expiry_seconds=config.output.lock_expiry_seconds, secrets=secret_values
+    )
+    try:
+        previous_manifest, previous_documents = _previous_state(config)
+        plan = plan_rebuild(config, previous_manifest, previous_documents)
+        logger.info("chunkline: run %s, %s rebuild: %s", run_id, plan.mode, plan.reason)
+        in_process = plan.incremental and len(plan.to_chunk) <= config.run.in_process_max_documents
+        if not in_process:
+            runner, options = _pipeline_options(config, list(beam_args or []))
+            pipeline = beam.Pipeline(runner=runner, options=options)
+            build_pipeline(pipeline, config, run_id, plan)
+        logger.info("chunkline: run %s reading %s", run_id, ", ".join(config.input.paths))
+        try:
+            if plan.incremental:
+                write_shard_plans(plan, config, staging_url(output_url, run_id))
+            if in_process:
+                _run_in_process(config, run_id, plan)
+            else:
+                pipeline.run().wait_until_finish()
+        except BaseException:
+            discard_run(output_url, run_id, storage_options)
+            raise
+        pipeline_seconds = time.perf_counter() - started
+        try:
+            counts = _staged_counts(output_url, run_id, config)
+            changes = _change_counts(output_url, run_id, config)
+            published = _publish(output_url, run_id, config, plan, in_process, pipeline_seconds, counts, changes, lock)
+        except BaseException:
+            if _published_snapshot(config) != run_id:  # failed before the commit point: nothing of it is visible
+                discard_run(output_url, run_id, storage_options)
+            raise
+    finally:
+        lock.release()
     total_seconds = time.perf_counter() - started
-    errors = read_dataset(output_url, "errors", storage_options=config.output.storage_options).to_pylist()
+    errors = read_dataset(output_url, "errors", storage_options=storage_options).to_pylist()
     return RunSummary(
         output_url=output_url,
         run_id=published.run_id,
@@ -218,14 +343,39 @@ def run_pipeline(config: RunConfig, beam_args: list[str] | None = None) -> RunSu
         pipeline_seconds=pipeline_seconds,
         total_seconds=total_seconds,
         errors=errors,
+        rebuild=plan.describe(),
+        changes=changes,
     )
+
+
+def _change_counts(output_url: str, run_id: str, config: RunConfig) -> dict[str, int]:
+    """Documents per change kind and chunk upserts and deletes, from the snapshot's changes/documents."""
+    import pyarrow.compute as pc
+
+    fs, root = url_to_fs(snapshot_url(output_url, run_id), **config.output.storage_options)
+    counts = {"added": 0, "changed": 0, "deleted": 0, "unchanged": 0, "chunks_upserted": 0, "chunks_deleted": 0}
+    folder = f"{root.rstrip('/')}/changes/documents"
+    if not fs.exists(folder):
+        return counts
+    for path in sorted(fs.find(folder)):
+        part = with_storage_retries(
+            lambda path=path: _read_columns(fs, path, ["change", "chunks_upserted", "chunks_deleted"]),
+            storage_url(fs, path),
+            "read",
+            secrets=tuple(config.secrets()),
+        )
+        for kind in ("added", "changed", "deleted", "unchanged"):
+            counts[kind] += pc.sum(pc.equal(part["change"], kind)).as_py() or 0
+        counts["chunks_upserted"] += pc.sum(part["chunks_upserted"]).as_py() or 0
+        counts["chunks_deleted"] += pc.sum(part["chunks_deleted"]).as_py() or 0
+    return counts
 
 
 def _staged_counts(output_url: str, run_id: str, config: RunConfig) -> dict[str, int]:
     import pyarrow.compute as pc
 
     secret_values = tuple(config.secrets())
-    fs, root = url_to_fs(staging_url(output_url, run_id), **config.output.storage_options)
+    fs, root = url_to_fs(snapshot_url(output_url, run_id), **config.output.storage_options)
     counts = {"documents_ok": 0, "documents_error": 0, "documents_skipped": 0, "chunks": 0, "tokens": 0, "input_bytes": 0, "errors": 0}
     for table, columns in (("documents", ["status", "size_bytes"]), ("chunks", ["token_count"]), ("errors", ["stage"])):
         folder = f"{root.rstrip('/')}/{table}"

@@ -17,7 +17,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import date, datetime
 from typing import Any
 
@@ -27,6 +27,7 @@ from chunkline.config import ChunkConfig
 from chunkline.engine import chunk_document
 from chunkline.structure import parse_markdown
 from chunkline.tokenizers import get_token_counter
+from chunkline.transforms.in_process import apply_in_process
 from chunkline.transforms.read import FileProblem, SourceFile, scrub
 
 __all__ = ["ChunkDocuments", "decode_markdown", "looks_binary", "CHUNKS", "DOCUMENTS", "ERRORS"]
@@ -245,3 +246,7 @@ class ChunkDocuments(beam.PTransform):
 
     def expand(self, sources: beam.PCollection[SourceFile]) -> beam.PCollection[list[tuple[str, dict[str, Any]]]]:
         return sources | "Chunk" >> beam.ParDo(_ChunkDocumentsFn(self._config, self._encoding_errors, self._secrets))
+
+    def chunk_in_process(self, sources: Iterable[SourceFile]) -> Iterator[list[tuple[str, dict[str, Any]]]]:
+        """The same chunking without a runner (see :mod:`chunkline.transforms.in_process`)."""
+        return apply_in_process(_ChunkDocumentsFn(self._config, self._encoding_errors, self._secrets), sources)

@@ -28,6 +28,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from chunkline.pipelines.config import InputConfig
 from chunkline.pipelines.files import StorageError, with_storage_retries
+from chunkline.transforms.in_process import apply_in_process
 
 __all__ = ["ReadMarkdown", "SourceFile", "FileProblem", "match_input", "scrub"]
 
@@ -243,20 +244,43 @@ class _ReadFileFn(beam.DoFn):
 
 
 class ReadMarkdown(beam.PTransform):
-    """Match the inputs' markdown files and read them: a PCollection of :class:`SourceFile`."""
+    """Match the inputs' markdown files and read them: a PCollection of :class:`SourceFile`.
 
-    def __init__(self, config: InputConfig, secrets: tuple[str, ...] = ()):
+    With ``matched`` (an incremental run's plan: ``(doc_id, matched files)`` pairs, already listed by the
+    driver) only those documents are read, spread over the workers by a reshuffle."""
+
+    def __init__(
+        self,
+        config: InputConfig,
+        secrets: tuple[str, ...] = (),
+        matched: list[tuple[str, list[SourceFile]]] | None = None,
+    ):
         super().__init__()
         if not config.paths:
             raise ValueError("ReadMarkdown needs at least one input path")
         self._config = config
         self._secrets = tuple(secrets)
+        self._matched = matched
 
     def expand(self, pipeline: beam.pvalue.PBegin) -> beam.PCollection[SourceFile]:
-        return (
-            pipeline
-            | "Inputs" >> beam.Create(list(enumerate(self._config.paths)))
-            | "MatchFiles" >> beam.ParDo(_MatchFilesFn(self._config, self._secrets))
-            | "GroupByDocId" >> beam.GroupByKey()
-            | "ReadFiles" >> beam.ParDo(_ReadFileFn(self._config, self._secrets))
-        )
+        if self._matched is not None:
+            grouped = (
+                pipeline
+                | "MatchedFiles" >> beam.Create(self._matched)
+                | "SpreadReads" >> beam.Reshuffle()
+            )
+        else:
+            grouped = (
+                pipeline
+                | "Inputs" >> beam.Create(list(enumerate(self._config.paths)))
+                | "MatchFiles" >> beam.ParDo(_MatchFilesFn(self._config, self._secrets))
+                | "GroupByDocId" >> beam.GroupByKey()
+            )
+        return grouped | "ReadFiles" >> beam.ParDo(_ReadFileFn(self._config, self._secrets))
+
+    def read_in_process(self) -> Iterator[SourceFile]:
+        """The same reads without a runner, for the ``matched`` documents (see
+        :mod:`chunkline.transforms.in_process`)."""
+        if self._matched is None:
+            raise ValueError("reading in process needs the matched documents")
+        return apply_in_process(_ReadFileFn(self._config, self._secrets), self._matched)

@@ -1,40 +1,65 @@
-"""``WriteChunkTables``: chunkline's own Parquet sink, deterministic on every runner.
+"""``WriteChunkTables``: chunkline's own Parquet sink, deterministic on every runner and incremental.
 
 Rows go to a shard picked by a hash of their ``doc_id``. Each worker buffers the rows of a bundle per
 (table, shard) and spills them, whenever the buffer grows past ``spill_bytes`` and at the end of the bundle,
 to an Arrow IPC file in the shard's folder under the run's staging prefix, so no runner ever holds the
 corpus's rows in memory or in a shuffle. Once every spill is written (the spill step is a side input of the
-merge, which makes it wait), one merge per (table, shard) lists the shard's folder, reads its spill files,
-drops the duplicates a retried bundle may have left, sorts the rows by the table's key (``doc_id``,
-``chunk_index`` for chunks) and writes one zstd Parquet file whose name carries a hash of its bytes:
-``part-00003-1f2e3d4c5b6a7980.parquet``. The same rows always give the same bytes and the same name,
-whatever the runner, the bundling or the number of workers.
+merge, which makes it wait), one merge per shard lists the shard's spill files, drops the duplicates a
+retried bundle may have left, adds the rows carried over from the previous snapshot, sorts the rows by the
+table's key (``doc_id``, ``chunk_index`` for chunks) and writes one zstd Parquet file per table whose name
+carries a hash of its bytes: ``part-00003-1f2e3d4c5b6a7980.parquet``. The same rows always give the same
+bytes and the same name, whatever the runner, the bundling or the number of workers.
+
+With a previous snapshot (``WriteSettings.previous``) the merge also writes the shard's ``changes/``
+tables: the chunk rows to upsert and the chunk ids to delete, found by comparing the shard's rows with the
+previous snapshot's. In an incremental run only the documents that changed were chunked; the run's plan
+(``keep-<shard>.json`` under the staging prefix, see :mod:`chunkline.pipelines.rebuild`) names the
+documents whose rows are carried over unchanged from the previous snapshot's part, and a shard in which
+nothing changed has its previous part files copied as they are.
 
 Nothing depends on outputs emitted from ``finish_bundle`` (the DaskRunner drops them, which is why Beam's
-own Parquet sink writes no rows there). The files land under ``<staging>/<table>/``; publishing them (see ``chunkline.pipelines.publish``) is a
-separate step that runs after the pipeline has succeeded.
+own Parquet sink writes no rows there). The parts land in the run's own snapshot folder, which no reader
+looks at until publishing (see :mod:`chunkline.pipelines.publish`) names it, after the pipeline succeeded.
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
+import json
+import posixpath
 import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import apache_beam as beam
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
+import pyarrow.parquet as pq
 from fsspec.core import url_to_fs
 
-from chunkline.pipelines.files import parquet_bytes, read_file_bytes, write_file_atomically
-from chunkline.schemas import TABLE_SCHEMAS
+from chunkline.pipelines.files import parquet_bytes, read_file_bytes, with_storage_retries, write_file_atomically, storage_url
+from chunkline.schemas import ROW_TABLES, TABLE_SCHEMAS
+from chunkline.transforms.in_process import apply_in_process
 
-__all__ = ["WriteChunkTables", "WriteSettings", "shard_of"]
+__all__ = ["PreviousSnapshot", "WriteChunkTables", "WriteSettings", "keep_plan_path", "shard_of", "part_shard"]
+
+
+@dataclass(frozen=True)
+class PreviousSnapshot:
+    """The published snapshot a run compares itself with (and, incrementally, carries rows over from)."""
+
+    root_url: str
+    """The output URL; ``parts`` are relative to it."""
+    parts: dict[str, tuple[str, ...]]
+    """Table -> its part files, as the previous manifest names them."""
+    shards: int
+    """The previous run's ``output.shards``: with the same count, shard N's rows are in part N alone."""
+    snapshot: str = ""
+    """The previous snapshot's id."""
 
 
 @dataclass(frozen=True)
@@ -42,6 +67,9 @@ class WriteSettings:
     """Where the staged tables go and how they are written."""
 
     staging_url: str
+    """The run's scratch prefix: spill files and the run's plan."""
+    snapshot_url: str
+    """The run's snapshot folder: the finished part files."""
     shards: int
     row_group_rows: int
     compression: str = "zstd"
@@ -50,12 +78,30 @@ class WriteSettings:
     """Buffered row text (approximate bytes) per worker before a spill file is written."""
     secrets: tuple[str, ...] = ()
     """Credential values to keep out of storage error messages."""
+    previous: PreviousSnapshot | None = None
+    """The snapshot to compare with; None for the first run on an output."""
+    incremental: bool = False
+    """True when only changed documents were chunked: each shard's plan names the rows to carry over."""
 
 
 def shard_of(doc_id: str, shards: int) -> int:
     """The shard of a document: a stable hash of its ``doc_id`` (the same on every machine and run)."""
     digest = hashlib.sha256(doc_id.encode("utf-8", "surrogatepass")).digest()
     return int.from_bytes(digest[:8], "big") % shards
+
+
+def part_shard(path: str) -> int | None:
+    """The shard number in a part file's name (``part-00003-<hash>.parquet`` -> 3)."""
+    name = posixpath.basename(path)
+    pieces = name.split("-")
+    if len(pieces) >= 3 and pieces[0] == "part" and pieces[1].isdigit():
+        return int(pieces[1])
+    return None
+
+
+def keep_plan_path(staging_root: str, shard: int) -> str:
+    """Where an incremental run's plan for one shard lives (see :mod:`chunkline.pipelines.rebuild`)."""
+    return f"{staging_root.rstrip('/')}/plan/keep-{shard:05d}.json"
 
 
 def _row_size(row: dict[str, Any]) -> int:
@@ -79,7 +125,7 @@ class _SpillRowsFn(beam.DoFn):
 
     def process(self, element: list[tuple[str, dict[str, Any]]]) -> Iterator[int]:
         for table, row in element:
-            if table not in TABLE_SCHEMAS:
+            if table not in ROW_TABLES:
                 raise ValueError(f"row for unknown table {table!r}")
             self._rows[(table, shard_of(row["doc_id"], self._settings.shards))].append(row)
             self._buffered_bytes += _row_size(row)
@@ -109,34 +155,201 @@ class _SpillRowsFn(beam.DoFn):
         return written
 
 
+@dataclass
+class _ShardPlan:
+    """What an incremental run carries over in one shard (read from ``keep-<shard>.json``)."""
+
+    modified_times: dict[str, int | None] = field(default_factory=dict)
+    """doc_id -> its file's modification time now (microseconds since the epoch), for every carried document."""
+    rows_untouched: bool = False
+    """No document of the shard was added, changed or deleted: chunks and errors parts can be copied."""
+    documents_untouched: bool = False
+    """...and no carried document's modification time moved: the documents part can be copied too."""
+
+
 class _MergeShardFn(beam.DoFn):
-    """Merges one (table, shard)'s spill files into a sorted, de-duplicated, content-named Parquet file."""
+    """Merges one shard: its spill files and the rows carried over from the previous snapshot become one
+    sorted, de-duplicated, content-named Parquet file per table, plus the shard's ``changes/`` tables."""
 
     def __init__(self, settings: WriteSettings):
         self._settings = settings
 
     def setup(self) -> None:
-        self._fs, root = url_to_fs(self._settings.staging_url, **(self._settings.storage_options or {}))
-        self._root = root.rstrip("/")
+        options = self._settings.storage_options or {}
+        self._fs, staging_root = url_to_fs(self._settings.staging_url, **options)
+        self._staging_root = staging_root.rstrip("/")
+        self._snapshot_root = url_to_fs(self._settings.snapshot_url, **options)[1].rstrip("/")
+        previous = self._settings.previous
+        self._previous_root = url_to_fs(previous.root_url, **options)[1].rstrip("/") if previous else ""
 
-    def process(self, element: tuple[str, int], spills_done: Iterable[int] = ()) -> Iterator[str]:
-        table_name, shard = element
-        schema, key_columns = TABLE_SCHEMAS[table_name]
-        folder = f"{self._root}/spill/{table_name}/{shard:05d}"
-        spill_paths = self._fs.find(folder) if self._fs.exists(folder) else []
-        if not spill_paths:
+    def process(self, shard: int, spills_done: Iterable[int] = ()) -> Iterator[str]:
+        plan = self._plan(shard)
+        previous_parts = self._previous_parts(shard)
+        if plan is not None and plan.rows_untouched:
+            yield from self._copy_untouched(shard, plan, previous_parts)
             return
-        tables = []
+        carried_ids = pa.array(sorted(plan.modified_times) if plan else [], pa.string())
+        final: dict[str, pa.Table] = {}
+        previous: dict[str, pa.Table] = {}
+        for table_name in ROW_TABLES:
+            schema, key_columns = TABLE_SCHEMAS[table_name]
+            previous[table_name] = self._read_previous(table_name, shard, previous_parts)
+            carried = previous[table_name].filter(pc.is_in(previous[table_name].column("doc_id"), carried_ids))
+            if table_name == "documents" and plan is not None and carried.num_rows:
+                carried = _with_modified_times(carried, plan.modified_times)
+            table = _sorted_unique(pa.concat_tables([carried, self._read_spills(table_name, shard)]), key_columns)
+            final[table_name] = table
+            yield from self._write(table_name, shard, table)
+        if self._settings.previous is None:
+            previous = {name: TABLE_SCHEMAS[name][0].empty_table() for name in ROW_TABLES}
+        for table_name, table in _changes(previous, final, carried_ids).items():
+            yield from self._write(table_name, shard, table)
+
+    def _plan(self, shard: int) -> _ShardPlan | None:
+        if not self._settings.incremental:
+            return None
+        data = json.loads(read_file_bytes(self._fs, keep_plan_path(self._staging_root, shard), secrets=self._settings.secrets))
+        return _ShardPlan(data["modified_times"], data["rows_untouched"], data["documents_untouched"])
+
+    def _previous_parts(self, shard: int) -> dict[str, list[str]]:
+        """Table -> the previous snapshot's part files that can hold rows of ``shard``."""
+        previous = self._settings.previous
+        if previous is None:
+            return {}
+        parts: dict[str, list[str]] = {}
+        for table_name, names in previous.parts.items():
+            paths = [f"{self._previous_root}/{name}" for name in names]
+            if previous.shards == self._settings.shards:
+                paths = [path for path in paths if part_shard(path) == shard]
+            parts[table_name] = paths
+        return parts
+
+    def _read_previous(self, table_name: str, shard: int, previous_parts: dict[str, list[str]]) -> pa.Table:
+        schema = TABLE_SCHEMAS[table_name][0]
+        tables = [schema.empty_table()]
+        for path in previous_parts.get(table_name, []):
+            data = read_file_bytes(self._fs, path, secrets=self._settings.secrets)
+            table = pq.read_table(pa.BufferReader(data), schema=schema)
+            if self._settings.previous.shards != self._settings.shards and table.num_rows:
+                in_shard = [shard_of(doc_id, self._settings.shards) == shard for doc_id in table.column("doc_id").to_pylist()]
+                table = table.filter(pa.array(in_shard))
+            tables.append(table)
+        return pa.concat_tables(tables)
+
+    def _read_spills(self, table_name: str, shard: int) -> pa.Table:
+        schema = TABLE_SCHEMAS[table_name][0]
+        folder = f"{self._staging_root}/spill/{table_name}/{shard:05d}"
+        spill_paths = self._fs.find(folder) if self._fs.exists(folder) else []
+        tables = [schema.empty_table()]
         for path in sorted(spill_paths):
             data = read_file_bytes(self._fs, path, secrets=self._settings.secrets)
             tables.append(ipc.open_file(pa.BufferReader(data)).read_all())
-        table = pa.concat_tables(tables)
-        table = _sorted_unique(table, key_columns)
+        return pa.concat_tables(tables)
+
+    def _write(self, table_name: str, shard: int, table: pa.Table) -> Iterator[str]:
+        if not table.num_rows:
+            return
         data = parquet_bytes(table, self._settings.row_group_rows, self._settings.compression)
         name = f"part-{shard:05d}-{hashlib.sha256(data).hexdigest()[:16]}.parquet"
-        path = f"{self._root}/{table_name}/{name}"
+        path = f"{self._snapshot_root}/{table_name}/{name}"
         write_file_atomically(self._fs, path, data, secrets=self._settings.secrets)
         yield path
+
+    def _copy_untouched(self, shard: int, plan: _ShardPlan, previous_parts: dict[str, list[str]]) -> Iterator[str]:
+        """A shard where nothing changed: its part files are the previous ones, copied as they are (the
+        bytes a rebuild would write), and every one of its documents is ``unchanged``."""
+        documents = self._read_previous("documents", shard, previous_parts)
+        for table_name in ROW_TABLES:
+            if table_name == "documents" and not plan.documents_untouched:
+                table = _with_modified_times(documents, plan.modified_times)
+                yield from self._write(table_name, shard, _sorted_unique(table, TABLE_SCHEMAS[table_name][1]))
+                continue
+            for source in previous_parts.get(table_name, []):
+                destination = f"{self._snapshot_root}/{table_name}/{posixpath.basename(source)}"
+                self._fs.makedirs(posixpath.dirname(destination), exist_ok=True)
+                with_storage_retries(
+                    lambda source=source, destination=destination: self._fs.copy(source, destination),
+                    storage_url(self._fs, source),
+                    "copy",
+                    secrets=self._settings.secrets,
+                )
+                yield destination
+        unchanged = _documents_changes(documents, documents, {}, {})
+        yield from self._write("changes/documents", shard, unchanged)
+
+
+def _with_modified_times(documents: pa.Table, modified_times: dict[str, int | None]) -> pa.Table:
+    """``documents`` with each row's ``modified_time`` set to its file's current one."""
+    column = documents.schema.get_field_index("modified_time")
+    values = [modified_times.get(doc_id) for doc_id in documents.column("doc_id").to_pylist()]
+    return documents.set_column(column, documents.schema.field(column), pa.array(values, pa.int64()).cast(documents.schema.field(column).type))
+
+
+def _changes(previous: dict[str, pa.Table], final: dict[str, pa.Table], carried_ids: pa.Array) -> dict[str, pa.Table]:
+    """A shard's ``changes/`` tables: the chunk rows that are new or differ from the previous snapshot's,
+    the previous chunks that are gone, and every document's change."""
+    old_chunks = previous["chunks"].filter(pc.invert(pc.is_in(previous["chunks"].column("doc_id"), carried_ids)))
+    new_chunks = final["chunks"].filter(pc.invert(pc.is_in(final["chunks"].column("doc_id"), carried_ids)))
+    old_by_id = dict(zip(old_chunks.column("chunk_id").to_pylist(), old_chunks.to_pylist()))
+    new_rows = new_chunks.to_pylist()
+    upsert_mask = [old_by_id.get(row["chunk_id"]) != row for row in new_rows]
+    upserts = new_chunks.filter(pa.array(upsert_mask, pa.bool_())) if new_rows else new_chunks
+    new_ids = set(new_chunks.column("chunk_id").to_pylist())
+    deleted_mask = [chunk_id not in new_ids for chunk_id in old_by_id]
+    deletes = old_chunks.select(["doc_id", "chunk_id", "chunk_uuid"]).filter(pa.array(deleted_mask, pa.bool_()))
+    upserted_per_document: dict[str, int] = defaultdict(int)
+    for doc_id in upserts.column("doc_id").to_pylist():
+        upserted_per_document[doc_id] += 1
+    deleted_per_document: dict[str, int] = defaultdict(int)
+    for doc_id in deletes.column("doc_id").to_pylist():
+        deleted_per_document[doc_id] += 1
+    return {
+        "changes/documents": _documents_changes(
+            previous["documents"], final["documents"], upserted_per_document, deleted_per_document
+        ),
+        "changes/upserts": _sorted_unique(upserts.cast(TABLE_SCHEMAS["changes/upserts"][0]), TABLE_SCHEMAS["changes/upserts"][1]),
+        "changes/deletes": _sorted_unique(deletes.cast(TABLE_SCHEMAS["changes/deletes"][0]), TABLE_SCHEMAS["changes/deletes"][1]),
+    }
+
+
+def _document_hashes(documents: pa.Table) -> dict[str, str | None]:
+    """doc_id -> content sha256 of the document's own row (a doc_id held twice has one ``skipped`` row)."""
+    hashes: dict[str, str | None] = {}
+    for doc_id, status, digest in zip(
+        documents.column("doc_id").to_pylist(),
+        documents.column("status").to_pylist(),
+        documents.column("content_sha256").to_pylist(),
+    ):
+        if doc_id not in hashes or status != "skipped":
+            hashes[doc_id] = digest
+    return hashes
+
+
+def _documents_changes(
+    previous: pa.Table, final: pa.Table, upserted: dict[str, int], deleted: dict[str, int]
+) -> pa.Table:
+    before, after = _document_hashes(previous), _document_hashes(final)
+    rows = []
+    for doc_id in sorted(set(before) | set(after)):
+        if doc_id not in before:
+            change = "added"
+        elif doc_id not in after:
+            change = "deleted"
+        elif before[doc_id] != after[doc_id] or before[doc_id] is None or upserted.get(doc_id) or deleted.get(doc_id):
+            change = "changed"
+        else:
+            change = "unchanged"
+        rows.append(
+            {
+                "doc_id": doc_id,
+                "change": change,
+                "content_sha256": after.get(doc_id),
+                "previous_content_sha256": before.get(doc_id),
+                "chunks_upserted": upserted.get(doc_id, 0),
+                "chunks_deleted": deleted.get(doc_id, 0),
+            }
+        )
+    return pa.Table.from_pylist(rows, schema=TABLE_SCHEMAS["changes/documents"][0])
 
 
 def _sorted_unique(table: pa.Table, key_columns: tuple[str, ...]) -> pa.Table:
@@ -157,8 +370,8 @@ def _sorted_unique(table: pa.Table, key_columns: tuple[str, ...]) -> pa.Table:
 
 
 class WriteChunkTables(beam.PTransform):
-    """Stage lists of ``(table, row)`` pairs (one list per document) as sorted Parquet files, one per
-    non-empty (table, shard); outputs their paths."""
+    """Stage lists of ``(table, row)`` pairs (one list per document) as sorted Parquet files in the run's
+    snapshot folder, one per non-empty (table, shard), with the ``changes/`` tables; outputs their paths."""
 
     def __init__(self, settings: WriteSettings):
         super().__init__()
@@ -168,9 +381,15 @@ class WriteChunkTables(beam.PTransform):
 
     def expand(self, rows: beam.PCollection[list[tuple[str, dict[str, Any]]]]) -> beam.PCollection[str]:
         spills_done = rows | "Spill" >> beam.ParDo(_SpillRowsFn(self._settings))
-        shards = [(name, shard) for name in TABLE_SCHEMAS for shard in range(self._settings.shards)]
         return (
             rows.pipeline
-            | "Shards" >> beam.Create(shards)
+            | "Shards" >> beam.Create(list(range(self._settings.shards)))
             | "MergeShards" >> beam.ParDo(_MergeShardFn(self._settings), spills_done=beam.pvalue.AsList(spills_done))
         )
+
+    def write_in_process(self, rows: Iterable[list[tuple[str, dict[str, Any]]]]) -> list[str]:
+        """The same spills and merges without a runner (see :mod:`chunkline.transforms.in_process`);
+        returns the paths of the part files."""
+        spills_done = list(apply_in_process(_SpillRowsFn(self._settings), rows))
+        shards = range(self._settings.shards)
+        return list(apply_in_process(_MergeShardFn(self._settings), shards, spills_done=spills_done))

@@ -226,8 +226,15 @@ def _file_digests(url: str, folders: Iterable[str] | None) -> dict[str, str]:
 
 
 def table_digests(url: Any, tables: Iterable[str] = ("chunks", "documents")) -> dict[str, str]:
-    """``{"chunks/part-....parquet": sha256, ...}`` for every file under the given table folders."""
-    return _file_digests(str(url), tuple(tables))
+    """``{"chunks/part-....parquet": sha256, ...}`` for every file the published manifest names in the given
+    tables (keyed without the snapshot folder, so two outputs' snapshots compare by their parts alone)."""
+    fs, root = url_to_fs(str(url))
+    published = read_manifest(str(url))
+    digests = {}
+    for table in tables:
+        for name in published["tables"][table]["files"]:
+            digests[f"{table}/{posixpath.basename(name)}"] = hashlib.sha256(fs.cat_file(f"{root.rstrip('/')}/{name}")).hexdigest()
+    return digests
 
 
 def all_file_digests(url: Any) -> dict[str, str]:

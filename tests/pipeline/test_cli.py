@@ -27,7 +27,8 @@ def no_chunkline_environment(monkeypatch):
 
 
 def part_shards(output, table: str) -> set[int]:
-    return {int(re.match(r"part-(\d{5})-", path.name).group(1)) for path in (output / table).glob("*.parquet")}
+    names = [name.rsplit("/", 1)[1] for name in manifest(output)["tables"][table]["files"]]
+    return {int(re.match(r"part-(\d{5})-", name).group(1)) for name in names}
 
 
 def test_run_exits_0_and_prints_the_summary(corpus, tmp_path, capsys):
@@ -40,7 +41,8 @@ def test_run_exits_0_and_prints_the_summary(corpus, tmp_path, capsys):
     assert f"{len(chunk_rows):,} chunks" in out
     assert f"{sum(row['token_count'] for row in chunk_rows):,} tokens" in out
     assert f"{total_bytes / 1e6:.2f} MB" in out
-    assert out.rstrip().endswith(f"-> {output}")
+    assert out.splitlines()[0].endswith(f"-> {output}")
+    assert f"changes: {len(CORPUS)} added, 0 changed, 0 deleted, 0 unchanged; {len(chunk_rows):,} chunk upserts" in out
     assert set(rows_by_doc(output, "chunks")) == set(CORPUS)
 
 
@@ -97,7 +99,7 @@ def test_environment_overrides_and_set_on_top(corpus, tmp_path, monkeypatch, cap
     assert found["config"]["chunking"]["max_tokens"] == 80
     assert found["config"]["output"]["shards"] == 1
     for table in ("chunks", "documents", "errors"):
-        assert len(list((output / table).glob("*.parquet"))) == 1
+        assert len(manifest(output)["tables"][table]["files"]) == 1
     chunk_rows = rows(output, "chunks")
     assert max(row["token_count"] for row in chunk_rows) <= 80
     assert max(row["token_count"] for row in chunk_rows) > 60  # the limit, not the content, bounds the chunks

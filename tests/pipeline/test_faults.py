@@ -31,7 +31,7 @@ import chunkline.transforms.chunk as chunk_module
 import chunkline.transforms.read as read_module
 import chunkline.transforms.write as write_module
 from chunkline.pipelines.files import StorageError, is_transient_storage_error, with_storage_retries
-from chunkline.schemas import TABLE_SCHEMAS
+from chunkline.schemas import ROW_TABLES, TABLE_SCHEMAS
 from chunkline.strategies.headings import HeadingsParams
 from chunkline.transforms.read import SourceFile
 from chunkline.transforms.write import WriteSettings
@@ -52,7 +52,7 @@ from .conftest import (
 
 pytestmark = pytest.mark.timeout(300)
 
-TABLES = tuple(TABLE_SCHEMAS)
+TABLES = ROW_TABLES
 
 
 def _edit_corpus(root: Path) -> None:
@@ -149,7 +149,8 @@ def test_an_exception_escaping_a_dofn_on_the_nth_element_fails_the_run_and_publi
     with monkeypatch.context() as patch:
         patch.setattr(dofn, "process", crashes_on_the_fourth_element)
         with pytest.raises(Exception, match="lost its worker on element 4"):
-            run([root], output)
+            # Every document through the runner, not just the two edited ones.
+            run([root], output, "run.reindex=true")
     assert len(calls) == 4, "the run went on after the exception"
 
     assert all_file_digests(output) == before, "a failed run changed the published dataset"
@@ -198,7 +199,7 @@ class FlakyFileSystem(LocalFileSystem):
             with super()._open(path, mode, **kwargs) as handle:
                 handle.write(b"PAR1 half a file")
             raise OSError(errno.EIO, f"Input/output error writing {path}")
-        reads_fail = "/_staging/" in path or cls.flaky_inputs
+        reads_fail = "/_staging/" in path or "/snapshots/" in path or cls.flaky_inputs
         if "r" in mode and cls.mode == "once" and reads_fail and key not in cls.failed_reads:
             cls.failed_reads.append(key)
             raise ConnectionResetError(errno.ECONNRESET, f"Connection reset by peer reading {path}")
@@ -230,10 +231,12 @@ def test_storage_writes_and_reads_that_fail_once_are_retried_and_the_dataset_is_
     output = tmp_path / "flaky"
     assert table_digests(output, TABLES) == table_digests(tmp_path / "local", TABLES)
     assert summary.documents_ok == len(CORPUS) and summary.errors == []
-    # Every kind of file failed once: spill files, staged parts, the manifest and _SUCCESS.
+    # Every kind of file failed once: spill files, the snapshot's parts and manifest, the root manifest and
+    # _SUCCESS.
     failed = [path.removeprefix(f"{output}/") for path in flaky.failed_writes]
     assert any(name.startswith("_staging/") and name.endswith(".arrow") for name in failed), failed
-    assert any(name.startswith("_staging/") and name.endswith(".parquet") for name in failed), failed
+    assert any(name.startswith("snapshots/") and name.endswith(".parquet") for name in failed), failed
+    assert any(name.startswith("snapshots/") and name.endswith("/_manifest.json") for name in failed), failed
     assert {"_manifest.json", "_SUCCESS"} <= set(failed)
     assert len(failed) == len(set(failed))
     assert any(path.endswith(".arrow") for path in flaky.failed_reads)
@@ -245,9 +248,13 @@ def test_storage_writes_and_reads_that_fail_once_are_retried_and_the_dataset_is_
     for table in TABLES:
         for name in manifest(output)["tables"][table]["files"]:
             assert pq.ParquetFile(output / name).metadata.num_rows >= 0
-    published = manifest(output)
-    assert published["counts"] == manifest(tmp_path / "local")["counts"]
-    assert published["tables"] == manifest(tmp_path / "local")["tables"]
+    published, local = manifest(output), manifest(tmp_path / "local")
+    assert published["counts"] == local["counts"]
+    for table in TABLES:
+        assert published["tables"][table]["rows"] == local["tables"][table]["rows"]
+        assert [name.rsplit("/", 1)[1] for name in published["tables"][table]["files"]] == [
+            name.rsplit("/", 1)[1] for name in local["tables"][table]["files"]
+        ]
 
 
 def test_input_reads_that_fail_once_are_retried_and_no_document_is_lost(tmp_path, flaky):
@@ -407,19 +414,26 @@ def _spill(settings: WriteSettings, bundles: list[tuple[list, bool]]) -> None:
 
 
 def _merge(settings: WriteSettings) -> dict[str, bytes]:
-    """Merge every (table, shard): staged part name -> bytes."""
+    """Merge every shard: part name ("chunks/part-...") -> bytes, for the tables of rows."""
     merger = write_module._MergeShardFn(settings)
     merger.setup()
     parts = {}
-    for table in TABLE_SCHEMAS:
-        for shard in range(settings.shards):
-            for path in merger.process((table, shard)):
-                parts[path.split("/_staging-", 1)[1].split("/", 1)[1]] = Path(path).read_bytes()
+    for shard in range(settings.shards):
+        for path in merger.process(shard):
+            name = path.split("/snapshot-", 1)[1].split("/", 1)[1]
+            if not name.startswith("changes/"):
+                parts[name] = Path(path).read_bytes()
     return parts
 
 
 def _settings(base: Path, name: str, spill_bytes: int = 32_000_000) -> WriteSettings:
-    return WriteSettings(staging_url=str(base / f"_staging-{name}"), shards=3, row_group_rows=1000, spill_bytes=spill_bytes)
+    return WriteSettings(
+        staging_url=str(base / f"_staging-{name}"),
+        snapshot_url=str(base / f"snapshot-{name}"),
+        shards=3,
+        row_group_rows=1000,
+        spill_bytes=spill_bytes,
+    )
 
 
 def test_rows_staged_twice_by_a_retried_bundle_are_merged_once(tmp_path):
@@ -470,5 +484,5 @@ def test_spill_files_copied_twice_merge_to_the_same_part(tmp_path):
     for spill_file in list((tmp_path / "_staging-copied" / "spill").rglob("*.arrow")):
         shutil.copy(spill_file, spill_file.with_name(f"copy-{spill_file.name}"))
     for name in list(expected):
-        (tmp_path / "_staging-copied" / name).unlink()
+        (tmp_path / "snapshot-copied" / name).unlink()
     assert _merge(settings) == expected

@@ -6,10 +6,13 @@ delay (a small corpus is chunked in about a second, so a timed kill is a race): 
 function of the run to write a marker file and then wait, and the test kills the process as soon as the
 marker appears. Two points are covered:
 
-* ``pipeline``: while the pipeline runs, after the first (table, shard) has been merged into a staged part
-  and while other shards are still spill files;
-* ``publish``: while publishing, after the staged parts have been moved into the table folders and before
-  the new manifest is written (the commit point).
+* ``pipeline``: while the pipeline runs, after the first shard has been merged into part files of the run's
+  snapshot folder and while other shards are still spill files;
+* ``publish``: while publishing, after every part of the snapshot is written and before the root manifest,
+  the pointer to the latest snapshot, is replaced (the commit point).
+
+The killed run leaves its lock, its staging area and its unpublished snapshot folder behind; the next run
+takes the lock over (its holder is dead), publishes, and removes them.
 """
 
 from __future__ import annotations
@@ -113,11 +116,15 @@ def test_a_killed_run_leaves_the_previous_dataset_and_the_rerun_matches(tmp_path
 
     _run_and_kill(corpus, output, stall_at, tmp_path)
 
-    # The killed run got as far as it should have: staged parts, and for `publish` parts moved into place.
+    # The killed run got as far as it should have: parts in its own snapshot folder, which nothing names.
     after_kill = all_file_digests(output)
-    assert any(name.startswith("_staging/") for name in after_kill) or stall_at == "publish"
-    new_parts = {name for name in after_kill if not name.startswith("_staging/")} - set(before)
-    assert bool(new_parts) == (stall_at == "publish"), sorted(new_parts)
+    new_files = set(after_kill) - set(before)
+    killed_snapshots = {name.split("/")[1] for name in new_files if name.startswith("snapshots/")}
+    assert len(killed_snapshots) == 1, sorted(new_files)
+    killed_snapshot = killed_snapshots.pop()
+    assert any(name.endswith(".parquet") for name in new_files if name.startswith(f"snapshots/{killed_snapshot}/"))
+    assert all(name.startswith(("_staging/", f"snapshots/{killed_snapshot}/", "_lock.json")) for name in new_files)
+    assert "_lock.json" in after_kill
     # Readers still get the previous dataset, byte for byte, through its manifest.
     assert manifest(output) == manifest_before
     assert {table: rows(output, table) for table in rows_before} == rows_before
@@ -130,4 +137,6 @@ def test_a_killed_run_leaves_the_previous_dataset_and_the_rerun_matches(tmp_path
         tmp_path / "uninterrupted", ("chunks", "documents", "errors")
     )
     assert not (output / "_staging").exists()
+    assert not (output / "snapshots" / killed_snapshot).exists()
+    assert not (output / "_lock.json").exists()
     assert "guide/faq.md" in {row["doc_id"] for row in rows(output, "documents")}

@@ -21,7 +21,7 @@ from chunkline.pipelines.cli import main
 from chunkline.pipelines.config import load_run_config
 from chunkline.pipelines.publish import read_dataset
 from chunkline.pipelines.run import check_output_location
-from chunkline.schemas import SCHEMA_VERSION, TABLE_SCHEMAS
+from chunkline.schemas import ROW_TABLES, SCHEMA_VERSION, TABLE_SCHEMAS
 from chunkline.settings import ConfigError
 from chunkline.transforms.write import shard_of
 
@@ -54,8 +54,15 @@ def published(tmp_path_factory):
     return root, output, summary
 
 
+def snapshot_folder(output: Path) -> Path:
+    """The folder of the snapshot the root manifest points at."""
+    return output / "snapshots" / manifest(output)["snapshot"]
+
+
 def folder_files(output: Path, table: str) -> set[str]:
-    return {f"{table}/{path.name}" for path in (output / table).iterdir()}
+    """The files in ``table``'s folder of the published snapshot, named as the manifest names them."""
+    snapshot = snapshot_folder(output)
+    return {path.relative_to(output).as_posix() for path in (snapshot / table).iterdir()}
 
 
 def staging_files(output: Path) -> list[Path]:
@@ -66,13 +73,16 @@ def staging_files(output: Path) -> list[Path]:
 def test_manifest_names_exactly_the_files_in_each_table_folder(published):
     _, output, summary = published
     found = manifest(output)
-    assert sorted(path.name for path in output.iterdir()) == ["_SUCCESS", "_manifest.json", "chunks", "documents", "errors"]
+    assert sorted(path.name for path in output.iterdir()) == ["_SUCCESS", "_manifest.json", "snapshots"]
+    assert [path.name for path in (output / "snapshots").iterdir()] == [found["snapshot"]]
+    assert sorted(path.name for path in snapshot_folder(output).iterdir()) == ["_manifest.json", "changes", "chunks", "documents", "errors"]
+    assert json.loads((snapshot_folder(output) / "_manifest.json").read_text()) == found
     assert set(found["tables"]) == set(TABLE_SCHEMAS)
     for table, entry in found["tables"].items():
         assert entry["files"], f"{table} has no file"
         assert len(entry["files"]) == len(set(entry["files"]))
         assert set(entry["files"]) == folder_files(output, table)
-        assert all(PART_NAME.fullmatch(name.split("/", 1)[1]) for name in entry["files"])
+        assert all(PART_NAME.fullmatch(name.rsplit("/", 1)[1]) for name in entry["files"])
         assert entry["rows"] == sum(pq.ParquetFile(output / name).metadata.num_rows for name in entry["files"])
     assert found["tables"]["chunks"]["rows"] == summary.chunks
     assert found["tables"]["documents"]["rows"] == len(CORPUS)
@@ -116,7 +126,7 @@ def test_empty_errors_table_is_one_file_with_the_schema(published):
     assert table.num_rows == 0
     assert table.schema.names == TABLE_SCHEMAS["errors"][0].names
     # A reader globbing the folder finds the schema, with no row.
-    assert ds.dataset(output / "errors", format="parquet").to_table().num_rows == 0
+    assert ds.dataset(snapshot_folder(output) / "errors", format="parquet").to_table().num_rows == 0
 
 
 def _same_type(left: pa.DataType, right: pa.DataType) -> bool:
@@ -144,7 +154,7 @@ def test_chunks_files_are_sorted_and_hold_only_their_shard(published):
     _, output, _ = published
     for table, key in (("chunks", ("doc_id", "chunk_index")), ("documents", ("doc_id", "source_uri"))):
         for name in manifest(output)["tables"][table]["files"]:
-            shard = int(PART_NAME.fullmatch(name.split("/", 1)[1]).group(1))
+            shard = int(PART_NAME.fullmatch(name.rsplit("/", 1)[1]).group(1))
             file_rows = pq.read_table(output / name).to_pylist()
             keys = [tuple(row[column] for column in key) for row in file_rows]
             assert keys == sorted(keys), f"{name} is not sorted by {key}"
@@ -154,10 +164,11 @@ def test_chunks_files_are_sorted_and_hold_only_their_shard(published):
 
 def test_globbing_the_table_folders_reads_exactly_the_dataset(published):
     _, output, _ = published
+    snapshot = snapshot_folder(output)
     for table in TABLE_SCHEMAS:
-        globbed = ds.dataset(output / table, format="parquet").to_table()
+        globbed = ds.dataset(snapshot / table, format="parquet").to_table()
         assert globbed.num_rows == manifest(output)["tables"][table]["rows"]
-    chunk_keys = sorted(zip(*ds.dataset(output / "chunks", format="parquet").to_table(columns=["doc_id", "chunk_index"]).to_pydict().values()))
+    chunk_keys = sorted(zip(*ds.dataset(snapshot / "chunks", format="parquet").to_table(columns=["doc_id", "chunk_index"]).to_pydict().values()))
     assert chunk_keys == sorted((row["doc_id"], row["chunk_index"]) for row in rows(output, "chunks"))
 
 
@@ -277,7 +288,7 @@ def test_failed_pipeline_leaves_the_previous_dataset_then_a_rerun_matches_an_uni
 
     run([root], output)
     run([root], tmp_path / "uninterrupted")
-    assert table_digests(output, TABLE_SCHEMAS) == table_digests(tmp_path / "uninterrupted", TABLE_SCHEMAS)
+    assert table_digests(output, ROW_TABLES) == table_digests(tmp_path / "uninterrupted", ROW_TABLES)
     for table in TABLE_SCHEMAS:
         assert set(manifest(output)["tables"][table]["files"]) == folder_files(output, table)
     assert not (output / "_staging").exists()
@@ -309,10 +320,11 @@ def test_failure_before_the_manifest_is_written_keeps_the_old_dataset_for_reader
     assert (output / "_manifest.json").read_bytes() == old_manifest
     assert (output / "_SUCCESS").read_bytes() == old_success
     assert {table: rows(output, table) for table in TABLE_SCHEMAS} == old_rows
-    # The next run publishes cleanly: exactly its own parts, nothing left from the interrupted one.
+    # The failed run removed what it wrote; the next run publishes cleanly: exactly its own parts.
+    assert sorted(path.name for path in (output / "snapshots").iterdir()) == [json.loads(old_manifest)["snapshot"]]
     run([root], output)
     run([root], tmp_path / "uninterrupted")
-    assert table_digests(output, TABLE_SCHEMAS) == table_digests(tmp_path / "uninterrupted", TABLE_SCHEMAS)
+    assert table_digests(output, ROW_TABLES) == table_digests(tmp_path / "uninterrupted", ROW_TABLES)
     assert not (output / "_staging").exists()
 
 

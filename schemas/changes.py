@@ -1,0 +1,68 @@
+"""Arrow schemas of a snapshot's ``changes/`` tables: what changed since the previous snapshot.
+
+A vector-store loader applies a snapshot's delta instead of reloading the corpus:
+
+- ``changes/documents``: one row per document of either snapshot, with its change (``added``, ``changed``,
+  ``deleted`` or ``unchanged``) and how many chunk rows it upserts and deletes;
+- ``changes/upserts``: the chunk rows to insert or overwrite (columns of the ``chunks`` table), keyed by
+  ``chunk_uuid``: every chunk that is new or whose row differs from the previous snapshot's row;
+- ``changes/deletes``: the chunks of the previous snapshot that are gone (their ``chunk_id`` and
+  ``chunk_uuid``).
+
+Upserting by ``chunk_uuid`` and deleting by ``chunk_uuid`` are idempotent: applying a delta twice changes
+nothing. On the first snapshot of an output every document is ``added`` and every chunk an upsert.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from chunkline.schemas.chunks import CHUNKS_SCHEMA, SCHEMA_VERSION, field
+
+__all__ = ["CHANGE_KINDS", "CHANGED_DOCUMENTS_SCHEMA", "CHUNK_UPSERTS_SCHEMA", "CHUNK_DELETES_SCHEMA"]
+
+#: ``added``: new doc_id; ``deleted``: gone from the input; ``changed``: its bytes or its chunk rows differ;
+#: ``unchanged``: same bytes and the same rows.
+CHANGE_KINDS = ("added", "changed", "deleted", "unchanged")
+
+CHANGED_DOCUMENTS_SCHEMA = pa.schema(
+    [
+        field("doc_id", pa.string(), "POSIX path of the document relative to the input root."),
+        field("change", pa.string(), "added, changed, deleted or unchanged, relative to the previous snapshot."),
+        field("content_sha256", pa.string(), "SHA-256 of the document's bytes in this snapshot; null if deleted or unreadable.", nullable=True),
+        field(
+            "previous_content_sha256",
+            pa.string(),
+            "SHA-256 of the document's bytes in the previous snapshot; null if added or unreadable then.",
+            nullable=True,
+        ),
+        field("chunks_upserted", pa.int32(), "Rows of changes/upserts for this document."),
+        field("chunks_deleted", pa.int32(), "Rows of changes/deletes for this document."),
+    ],
+    metadata={
+        "chunkline.table": "changes/documents",
+        "chunkline.schema_version": SCHEMA_VERSION,
+        "description": "One row per document of this snapshot or the previous one: how it changed and how many chunk rows it upserts and deletes.",
+    },
+)
+
+CHUNK_UPSERTS_SCHEMA = CHUNKS_SCHEMA.with_metadata(
+    {
+        "chunkline.table": "changes/upserts",
+        "chunkline.schema_version": SCHEMA_VERSION,
+        "description": "The chunk rows to insert or overwrite since the previous snapshot (columns of chunks), keyed by chunk_uuid.",
+    }
+)
+
+CHUNK_DELETES_SCHEMA = pa.schema(
+    [
+        field("doc_id", pa.string(), "POSIX path of the document the chunk belonged to."),
+        field("chunk_id", pa.string(), "Id of the chunk to delete: <doc_id>#<chunk_index> in the previous snapshot."),
+        field("chunk_uuid", pa.string(), "UUIDv5 of chunk_id: the point id to delete in stores keyed by UUID."),
+    ],
+    metadata={
+        "chunkline.table": "changes/deletes",
+        "chunkline.schema_version": SCHEMA_VERSION,
+        "description": "The chunks of the previous snapshot that are gone: delete them by chunk_uuid (or chunk_id).",
+    },
+)
