@@ -8,8 +8,9 @@
 ``chunkline run INPUT... --output URL``
     The Beam pipeline: chunk a corpus on any fsspec storage into a Parquet dataset. Arguments chunkline does
     not know are Beam pipeline options (``--runner DataflowRunner --project ...``).
-``chunkline inspect URL``
-    Summarize a published dataset: tables, documents by status, token histogram, errors.
+``chunkline inspect URL [--html FILE]``
+    Summarize a published dataset: tables, documents by status, token histogram, errors; ``--html`` also
+    writes a self-contained HTML report with charts.
 
 Settings come from ``--config FILE`` (its ``chunking`` section), ``CHUNKLINE_CHUNK_*`` environment
 variables and ``--set key=value`` (``--set max_tokens=256`` or ``--set chunking.headings.max_heading_level=2``),
@@ -32,7 +33,7 @@ from typing import TextIO
 from chunkline import __version__
 from chunkline.config import ChunkConfig, ConfigError, load_chunk_config
 from chunkline.engine import chunk_document
-from chunkline.pipelines.publish import DatasetNotFoundError
+from chunkline.pipelines.publish import ConcurrentRunError, DatasetNotFoundError
 from chunkline.record import Chunk
 from chunkline.registry import available_strategies, get_strategy
 from chunkline.structure import parse_markdown
@@ -97,6 +98,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="exit with status 1 when any document produced an error row",
     )
+    run.add_argument(
+        "--reindex",
+        action="store_true",
+        default=None,
+        help="chunk every document again, even those unchanged since the output's last snapshot",
+    )
     run.set_defaults(handler=_run_command)
 
     inspect = commands.add_parser(
@@ -106,6 +113,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     inspect.add_argument("url", metavar="URL", help="the dataset's location (fsspec URL)")
     inspect.add_argument("--errors", type=int, default=10, metavar="N", help="error rows to show (default 10)")
+    inspect.add_argument(
+        "--html",
+        metavar="PATH",
+        help="also write a self-contained HTML report (charts, largest documents, error rows) to PATH",
+    )
     inspect.set_defaults(handler=_inspect_command)
 
     strategies = commands.add_parser(
@@ -139,7 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _configure_logging()
     try:
         return arguments.handler(arguments)
-    except (ConfigError, TokenizerUnavailableError, DatasetNotFoundError) as error:
+    except (ConfigError, TokenizerUnavailableError, DatasetNotFoundError, ConcurrentRunError) as error:
         print(f"chunkline: error: {error}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `chunkline chunk ... | head`
@@ -172,6 +184,8 @@ def _run_command(arguments: argparse.Namespace) -> int:
         overrides.append(f"run.workers={arguments.workers}")
     if arguments.fail_on_error:
         overrides.append("run.fail_on_error=true")
+    if arguments.reindex:
+        overrides.append("run.reindex=true")
     config = load_run_config(arguments.config, overrides, inputs=arguments.inputs, output=arguments.output)
     summary = run_pipeline(config, arguments.beam_args)
     print(summary.describe())
@@ -185,6 +199,16 @@ def _inspect_command(arguments: argparse.Namespace) -> int:
     from chunkline.pipelines.inspect import describe_dataset
 
     print(describe_dataset(arguments.url, error_rows=arguments.errors))
+    if arguments.html:
+        from chunkline.pipelines.report import build_html_report, save_html
+
+        page = build_html_report(arguments.url)
+        try:
+            save_html(page, arguments.html)
+        except OSError as error:
+            print(f"chunkline: error: cannot write the HTML report to {arguments.html}: {error}", file=sys.stderr)
+            return 2
+        print(f"\nHTML report: {arguments.html}")
     return 0
 
 

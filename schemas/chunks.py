@@ -47,7 +47,11 @@ CHUNKS_SCHEMA = pa.schema(
         field("strategy", pa.string(), "Name of the chunking strategy that made the chunk."),
         field("content_sha256", pa.string(), "SHA-256 of text in UTF-8, hex."),
     ],
-    metadata={"chunkline.table": "chunks", "chunkline.schema_version": SCHEMA_VERSION},
+    metadata={
+        "chunkline.table": "chunks",
+        "chunkline.schema_version": SCHEMA_VERSION,
+        "description": "One row per chunk: its text, exact positions in the source document, heading path and token count.",
+    },
 )
 
 

@@ -36,5 +36,9 @@ DOCUMENTS_SCHEMA = pa.schema(
         field("front_matter", pa.string(), "The document's front matter as JSON text, if it has any.", nullable=True),
         field("message", pa.string(), "Why the document is in error or skipped; null when ok.", nullable=True),
     ],
-    metadata={"chunkline.table": "documents", "chunkline.schema_version": SCHEMA_VERSION},
+    metadata={
+        "chunkline.table": "documents",
+        "chunkline.schema_version": SCHEMA_VERSION,
+        "description": "One row per input document, whatever became of it: chunked (ok), failed (error) or not chunked on purpose (skipped).",
+    },
 )

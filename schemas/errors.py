@@ -19,5 +19,9 @@ ERRORS_SCHEMA = pa.schema(
         field("error_type", pa.string(), "Kind of problem, e.g. InvalidUtf8, BinaryFile, FileTooLarge, FileNotFoundError."),
         field("message", pa.string(), "What went wrong and what to do about it; never contains credentials."),
     ],
-    metadata={"chunkline.table": "errors", "chunkline.schema_version": SCHEMA_VERSION},
+    metadata={
+        "chunkline.table": "errors",
+        "chunkline.schema_version": SCHEMA_VERSION,
+        "description": "One row per problem met while finding, reading, decoding, parsing or chunking a document; the run goes on.",
+    },
 )

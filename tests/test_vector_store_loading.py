@@ -1,0 +1,261 @@
+"""The loader examples in ``examples/``, run for real: the sample corpus's dataset loaded into embedded
+LanceDB and into Qdrant's local mode, loaded twice, and searched.
+
+Each store must hold exactly one row per chunk under the chunk's id, keep it unchanged when the same
+dataset is loaded again, and answer a passage copied from the sample corpus with the chunk that holds it,
+carrying positions that point at that passage in the source file. No test here may reach the network.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import lancedb
+import numpy as np
+import pytest
+from qdrant_client import QdrantClient
+
+from chunkline.pipelines.config import load_run_config
+from chunkline.pipelines.publish import read_dataset, read_manifest
+from chunkline.pipelines.run import run_pipeline
+
+pytestmark = pytest.mark.timeout(300)
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLE_CORPUS = REPO / "sample_corpus"
+EXAMPLES = REPO / "examples"
+
+
+def import_example(name: str) -> ModuleType:
+    """The example ``examples/<name>.py``, imported from its file as a user who copied it would run it."""
+    spec = importlib.util.spec_from_file_location(f"chunkline_example_{name}", EXAMPLES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+embedder = import_example("hashing_embedder")
+load_lancedb = import_example("load_lancedb")
+load_qdrant = import_example("load_qdrant")
+
+
+@dataclass(frozen=True)
+class KnownPassage:
+    """A passage copied from the sample corpus, and where a reader of that file finds it."""
+
+    query: str
+    doc_id: str
+    heading_path: list[str]
+
+
+PASSAGES = {
+    "heading-in-inline-code": KnownPassage(
+        query="SDI-12 is slow; a single measurement can take over a second, so do not schedule more than two "
+        "devices on the same bus at a one-second interval.",
+        doc_id="guide/sensors-and-calibration.md",
+        heading_path=["Sensors and calibration", "How drivers work", "Built-in drivers", "sdi12_level"],
+    ),
+    "crlf-file": KnownPassage(
+        query="Windows Update restarts the computer when it sees fit.",
+        doc_id="operations/windows-install.md",
+        heading_path=["Installing Tidewater on Windows", "Things that are different on Windows", "Updates and reboots"],
+    ),
+}
+
+
+# --------------------------------------------------------------------------------------------------
+# The stores, read back in full
+# --------------------------------------------------------------------------------------------------
+
+
+def lancedb_rows(target: Path) -> list[dict[str, Any]]:
+    """Every row of the LanceDB table, vector included, by chunk_uuid."""
+    table = lancedb.connect(str(target)).open_table("chunks")
+    return sorted(table.to_arrow().to_pylist(), key=lambda row: row["chunk_uuid"])
+
+
+def qdrant_rows(target: Path) -> list[dict[str, Any]]:
+    """Every point of the Qdrant collection as ``{"id", "vector", **payload}``, by id."""
+    client = QdrantClient(path=str(target))
+    try:
+        points, offset = [], None
+        while True:
+            page, offset = client.scroll("chunks", limit=500, offset=offset, with_payload=True, with_vectors=True)
+            points += page
+            if offset is None:
+                break
+    finally:
+        client.close()
+    return sorted(({"id": point.id, "vector": point.vector, **point.payload} for point in points), key=lambda row: row["id"])
+
+
+STORES = {
+    "lancedb": (load_lancedb, lancedb_rows),
+    "qdrant": (load_qdrant, qdrant_rows),
+}
+
+
+# --------------------------------------------------------------------------------------------------
+# Fixtures
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def sample_dataset(tmp_path_factory) -> str:
+    """The dataset of ``sample_corpus/``, published once on the in-process runner; its URL."""
+    output = tmp_path_factory.mktemp("vector-stores") / "sample-dataset"
+    config = load_run_config(None, [], environ={}, inputs=[str(SAMPLE_CORPUS)], output=str(output))
+    run_pipeline(config)
+    return str(output)
+
+
+@pytest.fixture(scope="module")
+def sample_chunks(sample_dataset) -> dict[str, dict[str, Any]]:
+    """chunk_uuid -> chunk row of the sample dataset."""
+    rows = read_dataset(sample_dataset, "chunks").to_pylist()
+    assert len(rows) == read_manifest(sample_dataset)["tables"]["chunks"]["rows"]
+    return {row["chunk_uuid"]: row for row in rows}
+
+
+@pytest.fixture(scope="module", params=list(STORES))
+def loaded_store(request, sample_dataset, tmp_path_factory):
+    """(store name, its folder, the count the first load returned, its rows after the first load)."""
+    module, read_rows = STORES[request.param]
+    target = tmp_path_factory.mktemp(request.param) / "store"
+    count = module.load(sample_dataset, str(target))
+    return request.param, target, count, read_rows(target)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def network_blocked():
+    """Every attempt to open a network connection from Python, from the pipeline run to the last search,
+    fails and is recorded; none may happen. (Autouse: set up before the module's other fixtures.)"""
+    attempts: list[str] = []
+
+    def refuse(name):
+        def refused(*args, **kwargs):
+            attempts.append(f"{name}{args}")
+            raise OSError(f"network access attempted in an offline test: {name}")
+
+        return refused
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(socket.socket, "connect", refuse("socket.connect"))
+        patch.setattr(socket.socket, "connect_ex", refuse("socket.connect_ex"))
+        patch.setattr(socket, "create_connection", refuse("socket.create_connection"))
+        patch.setattr(socket, "getaddrinfo", refuse("socket.getaddrinfo"))
+        yield attempts
+    assert not attempts, f"network access attempted: {attempts}"
+
+
+# --------------------------------------------------------------------------------------------------
+# The embedding
+# --------------------------------------------------------------------------------------------------
+
+
+def test_embedding_is_normalised_float32_and_the_same_in_another_process():
+    texts = ["How do I calibrate a tide gauge?", "Le café du port est à côté du poste 3.", ""]
+    vectors = embedder.embed(texts)
+    assert vectors.dtype == np.float32 and vectors.shape == (3, embedder.DIMENSION)
+    assert np.allclose(np.linalg.norm(vectors[:2], axis=1), 1.0) and not vectors[2].any()
+    # Another process with another string-hash seed must give the same bytes: stored vectors stay valid.
+    script = (
+        "import sys; sys.path.insert(0, sys.argv[1]); from hashing_embedder import embed; "
+        f"sys.stdout.buffer.write(embed({texts!r}).tobytes())"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script, str(EXAMPLES)],
+        capture_output=True,
+        check=True,
+        timeout=120,
+        env={**os.environ, "PYTHONHASHSEED": "12345"},
+    )
+    assert result.stdout == vectors.tobytes()
+
+
+def test_embedding_ranks_a_passage_nearest_to_its_own_text_among_the_sample_chunks(sample_chunks):
+    rows = list(sample_chunks.values())
+    vectors = embedder.embed(row["text"] for row in rows)
+    for passage in PASSAGES.values():
+        best = rows[int(np.argmax(vectors @ embedder.embed([passage.query])[0]))]
+        assert best["doc_id"] == passage.doc_id and best["heading_path"] == passage.heading_path
+
+
+# --------------------------------------------------------------------------------------------------
+# Loading
+# --------------------------------------------------------------------------------------------------
+
+
+def test_store_holds_one_row_per_chunk_under_its_uuid_with_its_fields_and_vector(loaded_store, sample_chunks):
+    name, _, count, stored = loaded_store
+    assert count == len(stored) == len(sample_chunks)
+    id_column = "chunk_uuid" if name == "lancedb" else "id"
+    assert [row[id_column] for row in stored] == sorted(sample_chunks)
+    for row in stored:
+        chunk = sample_chunks[row[id_column]]
+        expected = chunk if name == "lancedb" else {column: chunk[column] for column in load_qdrant.PAYLOAD_COLUMNS}
+        assert {key: value for key, value in row.items() if key not in ("id", "vector")} == expected
+        assert np.allclose(row["vector"], embedder.embed([chunk["text"]])[0], atol=1e-6)
+
+
+def test_second_load_leaves_the_store_unchanged(loaded_store, sample_dataset, sample_chunks):
+    name, target, _, first = loaded_store
+    module, read_rows = STORES[name]
+    assert module.load(sample_dataset, str(target)) == len(sample_chunks)
+    assert read_rows(target) == first
+
+
+def test_qdrant_loads_into_a_client_it_is_given_and_leaves_it_open(sample_dataset, sample_chunks):
+    client = QdrantClient(":memory:")
+    assert load_qdrant.load(sample_dataset, client) == len(sample_chunks)
+    hits = load_qdrant.search(client, PASSAGES["crlf-file"].query, k=1)
+    assert [hit["doc_id"] for hit in hits] == [PASSAGES["crlf-file"].doc_id]
+    assert hits[0]["id"] == next(uuid for uuid, row in sample_chunks.items() if row["chunk_id"] == hits[0]["chunk_id"])
+    client.close()
+
+
+# --------------------------------------------------------------------------------------------------
+# Searching
+# --------------------------------------------------------------------------------------------------
+
+
+def line_of(document: str, offset: int) -> int:
+    """1-based line of the character at ``offset``: \\r\\n, \\r and \\n end lines, and both characters of a
+    \\r\\n sit on the line they end."""
+    return 1 + sum(1 for match in re.finditer(r"\r\n|\r|\n", document) if match.end() <= offset)
+
+
+def source_lines(document: str) -> list[str]:
+    """The document's lines, each with its line ending."""
+    return re.findall(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$", document)
+
+
+@pytest.mark.parametrize("passage_name", list(PASSAGES))
+def test_search_returns_the_chunk_holding_the_passage_with_its_source_position(loaded_store, sample_chunks, passage_name):
+    name, target, *_ = loaded_store
+    module, _ = STORES[name]
+    passage = PASSAGES[passage_name]
+    hits = module.search(str(target), passage.query, k=3)
+    assert len(hits) == 3
+    top = hits[0]
+    chunk = next(row for row in sample_chunks.values() if row["chunk_id"] == top["chunk_id"])
+    assert (top["doc_id"], top["heading_path"]) == (passage.doc_id, passage.heading_path)
+    assert (top["start_line"], top["end_line"], top["text"]) == (chunk["start_line"], chunk["end_line"], chunk["text"])
+    assert " ".join(passage.query.split()) in " ".join(top["text"].split())
+
+    document = (SAMPLE_CORPUS / passage.doc_id).read_bytes().decode("utf-8")
+    assert document[top["start_char"] : top["end_char"]] == top["text"]
+    assert (line_of(document, top["start_char"]), line_of(document, top["end_char"] - 1)) == (top["start_line"], top["end_line"])
+    lines = source_lines(document)[top["start_line"] - 1 : top["end_line"]]
+    assert top["text"] in "".join(lines)
+    # The chunk opens with the heading it is filed under.
+    assert lines[0].lstrip("#").strip().strip("`") == passage.heading_path[-1]
