@@ -13,6 +13,18 @@ from chunkline.tokenizers import TokenizerUnavailableError, get_token_counter
 
 __version__ = "0.1.0"
 
+_DATASET_READERS = ("read_dataset", "read_manifest", "dataset_files", "list_snapshots")
+
+
+def __getattr__(name: str):
+    # The dataset readers need pyarrow and fsspec but not Beam; they load on first use, not with the engine.
+    if name in _DATASET_READERS:
+        from chunkline.pipelines import publish
+
+        return getattr(publish, name)
+    raise AttributeError(f"module 'chunkline' has no attribute {name!r}")
+
+
 __all__ = [
     "Chunk",
     "ChunkConfig",
@@ -27,10 +39,14 @@ __all__ = [
     "available_strategies",
     "chunk_document",
     "chunk_markdown",
+    "dataset_files",
     "get_strategy",
     "get_token_counter",
+    "list_snapshots",
     "load_chunk_config",
     "parse_markdown",
+    "read_dataset",
+    "read_manifest",
     "reconstruct",
     "sections_by_pattern",
     "register_strategy",

@@ -45,7 +45,13 @@ from fsspec.core import url_to_fs
 from fsspec.implementations.local import LocalFileSystem
 
 from chunkline.schemas import SCHEMA_VERSION, TABLE_SCHEMAS
-from chunkline.pipelines.files import parquet_bytes, storage_url, with_storage_retries, write_file_atomically
+from chunkline.pipelines.files import (
+    parquet_bytes,
+    read_parquet_bytes,
+    storage_url,
+    with_storage_retries,
+    write_file_atomically,
+)
 
 __all__ = [
     "LOCK_NAME",
@@ -407,7 +413,7 @@ def read_dataset(
         data = with_storage_retries(
             lambda path=path: fs.cat_file(path), storage_url(fs, path), "read", secrets=_option_values(storage_options)
         )
-        parts.append(pq.read_table(pa.BufferReader(data), columns=columns, schema=schema))
+        parts.append(read_parquet_bytes(data, schema, columns))
     if columns is not None:
         schema = pa.schema([schema.field(name) for name in columns], metadata=schema.metadata)
     result = pa.concat_tables(parts) if parts else schema.empty_table()

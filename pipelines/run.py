@@ -405,4 +405,4 @@ def _read_columns(fs, path: str, columns: list[str]):
     import pyarrow.parquet as pq
 
     with fs.open(path, "rb") as handle:
-        return pq.read_table(handle, columns=columns)
+        return pq.ParquetFile(handle).read(columns=columns)

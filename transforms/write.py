@@ -38,10 +38,16 @@ import apache_beam as beam
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
-import pyarrow.parquet as pq
 from fsspec.core import url_to_fs
 
-from chunkline.pipelines.files import parquet_bytes, read_file_bytes, with_storage_retries, write_file_atomically, storage_url
+from chunkline.pipelines.files import (
+    parquet_bytes,
+    read_file_bytes,
+    read_parquet_bytes,
+    storage_url,
+    with_storage_retries,
+    write_file_atomically,
+)
 from chunkline.schemas import ROW_TABLES, TABLE_SCHEMAS
 from chunkline.transforms.in_process import apply_in_process
 
@@ -229,7 +235,7 @@ class _MergeShardFn(beam.DoFn):
         tables = [schema.empty_table()]
         for path in previous_parts.get(table_name, []):
             data = read_file_bytes(self._fs, path, secrets=self._settings.secrets)
-            table = pq.read_table(pa.BufferReader(data), schema=schema)
+            table = read_parquet_bytes(data, schema)
             if self._settings.previous.shards != self._settings.shards and table.num_rows:
                 in_shard = [shard_of(doc_id, self._settings.shards) == shard for doc_id in table.column("doc_id").to_pylist()]
                 table = table.filter(pa.array(in_shard))
