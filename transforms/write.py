@@ -296,13 +296,12 @@ def _changes(previous: dict[str, pa.Table], final: dict[str, pa.Table], carried_
     the previous chunks that are gone, and every document's change."""
     old_chunks = previous["chunks"].filter(pc.invert(pc.is_in(previous["chunks"].column("doc_id"), carried_ids)))
     new_chunks = final["chunks"].filter(pc.invert(pc.is_in(final["chunks"].column("doc_id"), carried_ids)))
-    old_by_id = dict(zip(old_chunks.column("chunk_id").to_pylist(), old_chunks.to_pylist()))
-    new_rows = new_chunks.to_pylist()
-    upsert_mask = [old_by_id.get(row["chunk_id"]) != row for row in new_rows]
-    upserts = new_chunks.filter(pa.array(upsert_mask, pa.bool_())) if new_rows else new_chunks
-    new_ids = set(new_chunks.column("chunk_id").to_pylist())
-    deleted_mask = [chunk_id not in new_ids for chunk_id in old_by_id]
-    deletes = old_chunks.select(["doc_id", "chunk_id", "chunk_uuid"]).filter(pa.array(deleted_mask, pa.bool_()))
+    # Vectorised: a shard of a full rebuild holds a share of the whole corpus.
+    position_in_old = pc.index_in(new_chunks.column("chunk_id"), value_set=old_chunks.column("chunk_id"))
+    upserts = new_chunks.filter(pc.invert(_same_rows(new_chunks, old_chunks, position_in_old)))
+    deletes = old_chunks.select(["doc_id", "chunk_id", "chunk_uuid"]).filter(
+        pc.invert(pc.is_in(old_chunks.column("chunk_id"), value_set=new_chunks.column("chunk_id")))
+    )
     upserted_per_document: dict[str, int] = defaultdict(int)
     for doc_id in upserts.column("doc_id").to_pylist():
         upserted_per_document[doc_id] += 1
@@ -316,6 +315,27 @@ def _changes(previous: dict[str, pa.Table], final: dict[str, pa.Table], carried_
         "changes/upserts": _sorted_unique(upserts.cast(TABLE_SCHEMAS["changes/upserts"][0]), TABLE_SCHEMAS["changes/upserts"][1]),
         "changes/deletes": _sorted_unique(deletes.cast(TABLE_SCHEMAS["changes/deletes"][0]), TABLE_SCHEMAS["changes/deletes"][1]),
     }
+
+
+def _same_rows(new: pa.Table, old: pa.Table, position_in_old: pa.Array) -> pa.Array:
+    """For each row of ``new``: True if ``old`` holds a row with its ``chunk_id`` (at ``position_in_old``)
+    whose every column is equal."""
+    matched = pc.is_valid(position_in_old)
+    if new.num_rows == 0 or not pc.any(matched).as_py():
+        return pa.array([False] * new.num_rows, pa.bool_())
+    counterpart = old.take(pc.fill_null(position_in_old, 0))
+    same = matched
+    for name in new.column_names:
+        left, right = new.column(name), counterpart.column(name)
+        if pa.types.is_list(left.type):
+            # Lists compare by length and by their items joined with a separator no heading holds.
+            lengths_equal = pc.equal(pc.list_value_length(left), pc.list_value_length(right))
+            same = pc.and_(same, pc.fill_null(lengths_equal, True))
+            left, right = (pc.binary_join(column, "\x1f") for column in (left, right))
+        equal = pc.equal(left, right)
+        both_null = pc.and_(pc.is_null(left), pc.is_null(right))
+        same = pc.and_(same, pc.or_(pc.fill_null(equal, False), both_null))
+    return same
 
 
 def _document_hashes(documents: pa.Table) -> dict[str, str | None]:

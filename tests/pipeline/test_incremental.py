@@ -300,3 +300,30 @@ def test_two_rebuilds_at_once_only_one_publishes_and_the_next_run_takes_over_a_d
     assert summary.rebuild["mode"] == "incremental" and summary.changes["added"] == 1
     assert not (output / "_lock.json").exists()
     assert list_snapshots(str(output)) == [published["snapshot"], summary.run_id]
+
+
+def test_a_chunk_row_is_upserted_when_any_column_differs_even_an_empty_heading_or_a_null():
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from chunkline.transforms.write import _same_rows
+
+    new = pa.table(
+        {
+            "chunk_id": ["a#0", "a#1", "a#2", "a#3", "a#4"],
+            "heading_path": [[], ["Setup"], ["Setup", "Ports"], [""], ["Setup"]],
+            "section_index": [0, 1, 2, 3, None],
+        }
+    )
+    old = pa.table(
+        {
+            "chunk_id": ["a#1", "a#2", "a#3", "a#0", "a#4"],
+            "heading_path": [["Setup"], ["Setup", "Ports"], [], [""], ["Setup"]],
+            "section_index": [1, 5, 3, 0, None],
+        }
+    )
+    position = pc.index_in(new.column("chunk_id"), value_set=old.column("chunk_id"))
+    # a#0: [] is not [""]; a#2: another section; a#3: [""] is not []; a#1 and a#4 (null = null) are equal.
+    assert _same_rows(new, old, position).to_pylist() == [False, True, False, False, True]
+    unmatched = pc.index_in(pa.array(["b#0"]), value_set=old.column("chunk_id"))
+    assert _same_rows(new.slice(0, 1), old, unmatched).to_pylist() == [False]
