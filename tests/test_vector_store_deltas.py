@@ -1,0 +1,331 @@
+"""The loader examples kept in step with a dataset that is rebuilt: ``sync`` and ``apply_changes`` of
+``examples/load_lancedb.py`` and ``examples/load_qdrant.py``, run for real on embedded LanceDB and Qdrant's
+local mode.
+
+A small corpus goes through three runs of the pipeline on one output: the first publishes every document, the
+second adds a document and edits one, the third edits a document in its middle, adds one and deletes one.
+After a sync, a store must hold exactly the latest snapshot's chunks (the same ids, the same fields, each
+vector the embedding of its text) however far behind it was, and a delta must only write what changed.
+No test here may reach the network.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import lancedb
+import numpy as np
+import pyarrow as pa
+import pytest
+from pipeline.conftest import run, write_corpus, write_files
+from qdrant_client import QdrantClient, models
+
+from chunkline.pipelines.publish import list_snapshots, read_dataset, read_manifest
+
+pytestmark = pytest.mark.timeout(300)
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def import_example(name: str) -> ModuleType:
+    """The example ``examples/<name>.py``, imported from its file as a user who copied it would run it."""
+    spec = importlib.util.spec_from_file_location(f"chunkline_delta_example_{name}", EXAMPLES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+embedder = import_example("hashing_embedder")
+load_lancedb = import_example("load_lancedb")
+load_qdrant = import_example("load_qdrant")
+
+# Small chunks, so that an edit in the middle of a document leaves the chunks before it as they were.
+SETTINGS = ("max_tokens=64", "overlap_tokens=0")
+
+TROUBLESHOOTING = "guide/troubleshooting.md"
+EDITED, ADDED, DELETED = "guide/installation.md", "guide/faq.md", "CHANGELOG.md"
+FAQ_QUESTION = "Why is the tide reading late on the dashboard? The gauge reports every minute; the dashboard refreshes every five."
+FAQ = f"# FAQ\n\n## Late readings\n\n{FAQ_QUESTION}\n".encode()
+CHANGELOG_PASSAGE = "The berth radar reports occupancy in percent."
+
+
+def add_troubleshooting_and_edit_the_readme(corpus: Path) -> None:
+    write_files(corpus, {TROUBLESHOOTING: b"# Troubleshooting\n\n## No readings\n\nCheck the USB cable of the gateway first.\n"})
+    readme = corpus / "README.md"
+    readme.write_bytes(readme.read_bytes().replace(b"for the full text.", b"for the full text. Third-party notices are in `NOTICE`."))
+
+
+def edit_one_in_its_middle_add_one_delete_one(corpus: Path) -> None:
+    path = corpus / EDITED
+    text = path.read_bytes()
+    assert b"## Configuration" in text
+    path.write_bytes(text.replace(b"## Configuration", b"## Configuration\n\nSet `HT_PORT` before the first start.\n", 1))
+    write_files(corpus, {ADDED: FAQ})
+    (corpus / DELETED).unlink()
+
+
+# --------------------------------------------------------------------------------------------------
+# The stores, read back in full
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Stored:
+    """One stored chunk: its id, the fields stored with it, its vector, and whether it still carries the
+    mark ``Store.mark_every_row`` gave it."""
+
+    chunk_uuid: str
+    fields: dict[str, Any]
+    vector: tuple[float, ...]
+    marked: bool
+
+
+MARK = "#delta-test-mark"
+
+
+def lancedb_rows(target: Path) -> list[Stored]:
+    rows = lancedb.connect(str(target)).open_table("chunks").to_arrow().to_pylist()
+    stored = []
+    for row in rows:
+        vector = tuple(np.asarray(row.pop("vector"), dtype=np.float64))
+        # The mark is a suffix on source_uri: a row written again gets the chunk's own source_uri back.
+        marked = row["source_uri"].endswith(MARK)
+        row["source_uri"] = row["source_uri"].removesuffix(MARK)
+        stored.append(Stored(row["chunk_uuid"], row, vector, marked))
+    return sorted(stored, key=lambda row: row.chunk_uuid)
+
+
+def lancedb_mark(target: Path) -> None:
+    table = lancedb.connect(str(target)).open_table("chunks")
+    data = table.to_arrow()
+    marked = pa.array([uri + MARK for uri in data.column("source_uri").to_pylist()], pa.string())
+    data = data.set_column(data.schema.get_field_index("source_uri"), data.schema.field("source_uri"), marked)
+    table.merge_insert("chunk_uuid").when_matched_update_all().execute(data)
+
+
+def qdrant_rows(target: Path) -> list[Stored]:
+    client = QdrantClient(path=str(target))
+    try:
+        points, offset = [], None
+        while True:
+            page, offset = client.scroll("chunks", limit=500, offset=offset, with_payload=True, with_vectors=True)
+            points += page
+            if offset is None:
+                break
+    finally:
+        client.close()
+    stored = []
+    for point in points:
+        payload = dict(point.payload)
+        # The mark is an extra payload key: an upsert replaces the whole payload, so a point written again loses it.
+        marked = payload.pop(MARK, False)
+        stored.append(Stored(str(point.id), payload, tuple(np.asarray(point.vector, dtype=np.float64)), marked))
+    return sorted(stored, key=lambda row: row.chunk_uuid)
+
+
+def qdrant_mark(target: Path) -> None:
+    client = QdrantClient(path=str(target))
+    try:
+        client.set_payload("chunks", payload={MARK: True}, points=models.FilterSelector(filter=models.Filter()), wait=True)
+    finally:
+        client.close()
+
+
+@dataclass(frozen=True)
+class Store:
+    module: ModuleType
+    rows: Callable[[Path], list[Stored]]
+    mark_every_row: Callable[[Path], None]
+    expected_fields: Callable[[dict[str, Any]], dict[str, Any]]
+    """What the store keeps of a chunk row besides its vector."""
+
+
+STORES = {
+    "lancedb": Store(load_lancedb, lancedb_rows, lancedb_mark, lambda chunk: chunk),
+    "qdrant": Store(
+        load_qdrant, qdrant_rows, qdrant_mark, lambda chunk: {name: chunk[name] for name in load_qdrant.PAYLOAD_COLUMNS}
+    ),
+}
+
+
+def assert_holds_exactly(store: Store, target: Path, dataset_url: str, snapshot: str) -> list[Stored]:
+    """The store holds one row per chunk of ``snapshot``, under its chunk_uuid, with the chunk's fields and
+    the embedding of its text, and records that it is synced to ``snapshot``; returns its rows."""
+    chunks = {row["chunk_uuid"]: row for row in read_dataset(dataset_url, "chunks", snapshot=snapshot).to_pylist()}
+    stored = store.rows(target)
+    assert [row.chunk_uuid for row in stored] == sorted(chunks), "the store's ids are not the snapshot's chunk_uuids"
+    for row in stored:
+        chunk = chunks[row.chunk_uuid]
+        assert row.fields == store.expected_fields(chunk), chunk["chunk_id"]
+        assert np.allclose(row.vector, embedder.embed([chunk["text"]])[0], atol=1e-6), chunk["chunk_id"]
+    assert store.module.synced_snapshot(str(target)) == snapshot
+    return stored
+
+
+# --------------------------------------------------------------------------------------------------
+# Fixtures
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class History:
+    url: str
+    snapshots: tuple[str, str, str]
+    """The first run's snapshot, the one with the addition and the README edit, and the latest one (edit in
+    the middle, addition, deletion)."""
+
+
+@pytest.fixture(scope="module", autouse=True)
+def network_blocked():
+    """Every attempt to open a network connection from Python fails and is recorded; none may happen.
+    (Autouse: set up before the module's other fixtures, so the pipeline runs are covered too.)"""
+    attempts: list[str] = []
+
+    def refuse(name):
+        def refused(*args, **kwargs):
+            attempts.append(f"{name}{args}")
+            raise OSError(f"network access attempted in an offline test: {name}")
+
+        return refused
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(socket.socket, "connect", refuse("socket.connect"))
+        patch.setattr(socket.socket, "connect_ex", refuse("socket.connect_ex"))
+        patch.setattr(socket, "create_connection", refuse("socket.create_connection"))
+        patch.setattr(socket, "getaddrinfo", refuse("socket.getaddrinfo"))
+        yield attempts
+    assert not attempts, f"network access attempted: {attempts}"
+
+
+@pytest.fixture(scope="module")
+def history(tmp_path_factory) -> History:
+    """Three snapshots of one output, every one kept; the second and third built incrementally."""
+    root = tmp_path_factory.mktemp("deltas")
+    corpus = write_corpus(root / "corpus")
+    output = root / "dataset"
+    first = run([corpus], output, *SETTINGS)
+    add_troubleshooting_and_edit_the_readme(corpus)
+    second = run([corpus], output, *SETTINGS)
+    edit_one_in_its_middle_add_one_delete_one(corpus)
+    third = run([corpus], output, *SETTINGS)
+    for summary, previous in ((second, first), (third, second)):
+        assert summary.rebuild["mode"] == "incremental" and summary.rebuild["previous_snapshot"] == previous.run_id
+    assert list_snapshots(str(output)) == [first.run_id, second.run_id, third.run_id]
+    return History(str(output), (first.run_id, second.run_id, third.run_id))
+
+
+@pytest.fixture(scope="module")
+def stores_left_behind_by_keep_one(tmp_path_factory) -> tuple[str, dict[str, Path], str]:
+    """(dataset URL, a store of each kind synced to its first snapshot, that snapshot) after two more runs
+    with ``output.keep=1``: the second snapshot, whose delta the stores would need first, is gone."""
+    root = tmp_path_factory.mktemp("keep-one")
+    corpus = write_corpus(root / "corpus")
+    output = root / "dataset"
+    first = run([corpus], output, *SETTINGS, "output.keep=1")
+    targets = {name: root / name for name in STORES}
+    for name, target in targets.items():
+        assert STORES[name].module.sync(str(output), str(target)) == ("load", [first.run_id])
+    add_troubleshooting_and_edit_the_readme(corpus)
+    run([corpus], output, *SETTINGS, "output.keep=1")
+    edit_one_in_its_middle_add_one_delete_one(corpus)
+    latest = run([corpus], output, *SETTINGS, "output.keep=1")
+    assert list_snapshots(str(output)) == [latest.run_id]
+    return str(output), targets, first.run_id
+
+
+# --------------------------------------------------------------------------------------------------
+# Tests
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", list(STORES))
+def test_an_empty_store_is_loaded_in_full_from_the_latest_snapshot(name, history, tmp_path):
+    store, target = STORES[name], tmp_path / "store"
+    assert store.module.synced_snapshot(str(target)) is None
+    assert store.module.sync(history.url, str(target)) == ("load", [history.snapshots[2]])
+    assert_holds_exactly(store, target, history.url, history.snapshots[2])
+
+
+@pytest.mark.parametrize("name", list(STORES))
+def test_one_snapshot_behind_sync_applies_the_delta_and_writes_only_what_changed(name, history, tmp_path):
+    store, target = STORES[name], tmp_path / "store"
+    previous, latest = history.snapshots[1:]
+    store.module.load(history.url, str(target), snapshot=previous)
+    before = assert_holds_exactly(store, target, history.url, previous)
+    assert any(row.fields["doc_id"] == DELETED for row in before)
+    store.mark_every_row(target)
+
+    assert store.module.sync(history.url, str(target)) == ("changes", [latest])
+    after = assert_holds_exactly(store, target, history.url, latest)
+
+    # Only the delta's upserts were written; every other chunk kept its stored vector and fields untouched.
+    upserted = {row["chunk_uuid"] for row in read_dataset(history.url, "changes/upserts", snapshot=latest).to_pylist()}
+    assert {row.chunk_uuid for row in after if not row.marked} == upserted
+    edited = [row for row in after if row.fields["doc_id"] == EDITED]
+    assert any(row.marked for row in edited) and not all(row.marked for row in edited)
+    assert {row.fields["doc_id"] for row in after if not row.marked} == {EDITED, ADDED}
+
+    # The added document is found, and nothing of the deleted one is left.
+    hits = store.module.search(str(target), FAQ_QUESTION, k=3)
+    assert hits[0]["doc_id"] == ADDED and FAQ_QUESTION in hits[0]["text"]
+    assert not any(row.fields["doc_id"] == DELETED for row in after)
+    assert all(hit["doc_id"] != DELETED for hit in store.module.search(str(target), CHANGELOG_PASSAGE, k=10))
+
+    # Up to date: a sync has nothing to do.
+    assert store.module.sync(history.url, str(target)) == ("changes", [])
+    assert store.rows(target) == after
+
+
+@pytest.mark.parametrize("name", list(STORES))
+def test_applying_the_same_delta_again_changes_nothing(name, history, tmp_path):
+    store, target = STORES[name], tmp_path / "store"
+    previous, latest = history.snapshots[1:]
+    store.module.load(history.url, str(target), snapshot=previous)
+    store.module.apply_changes(history.url, str(target), snapshot=latest)
+    once = assert_holds_exactly(store, target, history.url, latest)
+    count = store.module.apply_changes(history.url, str(target), snapshot=latest)
+    assert count == len(once)
+    assert store.rows(target) == once
+    assert store.module.synced_snapshot(str(target)) == latest
+
+
+@pytest.mark.parametrize("name", list(STORES))
+def test_a_store_two_snapshots_behind_applies_both_deltas_in_order(name, history, tmp_path):
+    store, target = STORES[name], tmp_path / "store"
+    first, second, latest = history.snapshots
+    store.module.load(history.url, str(target), snapshot=first)
+    assert not any(row.fields["doc_id"] in (TROUBLESHOOTING, ADDED) for row in store.rows(target))
+    store.mark_every_row(target)
+
+    assert store.module.sync(history.url, str(target)) == ("changes", [second, latest])
+    after = assert_holds_exactly(store, target, history.url, latest)
+    # Delta by delta: chunks neither snapshot touched were never written again.
+    touched = {
+        row["chunk_uuid"]
+        for snapshot in (second, latest)
+        for row in read_dataset(history.url, "changes/upserts", snapshot=snapshot).to_pylist()
+    }
+    assert {row.chunk_uuid for row in after if not row.marked} == touched & {row.chunk_uuid for row in after}
+    assert any(row.marked for row in after)
+
+
+@pytest.mark.parametrize("name", list(STORES))
+def test_a_store_whose_next_snapshot_was_dropped_is_reloaded_in_full_and_ends_exact(name, stores_left_behind_by_keep_one):
+    dataset_url, targets, first = stores_left_behind_by_keep_one
+    store, target = STORES[name], targets[name]
+    assert store.module.synced_snapshot(str(target)) == first
+    assert any(row.fields["doc_id"] == DELETED for row in store.rows(target))
+    latest = read_manifest(dataset_url)["snapshot"]
+
+    assert store.module.snapshots_after(dataset_url, first) is None
+    assert store.module.sync(dataset_url, str(target)) == ("load", [latest])
+    # The full reload also removed what is no longer in the dataset, which no delta it applied listed.
+    after = assert_holds_exactly(store, target, dataset_url, latest)
+    assert not any(row.fields["doc_id"] == DELETED for row in after)
+    assert store.module.search(str(target), FAQ_QUESTION, k=1)[0]["doc_id"] == ADDED
