@@ -31,9 +31,11 @@ Environment variables override a file section by section: ``CHUNKLINE_INPUT_MAX_
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
+from urllib.parse import quote, unquote
 
 from chunkline.config import CHUNK_ENV_PREFIX, ChunkConfig
 from chunkline.settings import (
@@ -45,7 +47,15 @@ from chunkline.settings import (
     read_yaml_mapping,
 )
 
-__all__ = ["InputConfig", "OutputConfig", "RunSettings", "RunConfig", "load_run_config", "ENV_PREFIXES"]
+__all__ = [
+    "InputConfig",
+    "OutputConfig",
+    "RunSettings",
+    "RunConfig",
+    "load_run_config",
+    "storage_secrets",
+    "ENV_PREFIXES",
+]
 
 #: Environment variable prefix of each config section.
 ENV_PREFIXES = {
@@ -190,16 +200,47 @@ class RunConfig:
         }
 
     def secrets(self) -> list[str]:
-        """Every storage option value that could be a credential, for scrubbing messages."""
-        values: list[str] = []
-        for options in (self.input.storage_options, self.output.storage_options):
-            _collect_strings(options, values)
-        return sorted({value for value in values if len(value) >= 4}, key=len, reverse=True)
+        """Every storage option value that could be a credential, for scrubbing messages (see
+        :func:`storage_secrets`)."""
+        return storage_secrets(self.input.storage_options, self.output.storage_options)
+
+
+def storage_secrets(*option_sets: Mapping[str, Any]) -> list[str]:
+    """The strings to keep out of every message, longest first: each string value of the storage options
+    (nested ones too, under any key: ``key``, ``secret``, ``token``, ``account_key``, ``sas_token``,
+    ``client_secret``, ``client_kwargs``...), the key and signature fields inside connection strings and SAS
+    tokens, and each of these percent-encoded, as a request URL in a storage error would carry it."""
+    values: list[str] = []
+    for options in option_sets:
+        _collect_strings(options, values)
+    values += [part for value in values for part in _credential_fields(value)]
+    values += [quote(value, safe="") for value in values]
+    return sorted({value for value in values if len(value) >= 4}, key=len, reverse=True)
 
 
 def redact(options: Mapping[str, Any]) -> dict[str, Any]:
     """``options`` with every value replaced by ``"***"`` (nested mappings keep their keys)."""
     return {key: redact(value) if isinstance(value, Mapping) else "***" for key, value in options.items()}
+
+
+# Fields of a connection string that hold a credential (AccountKey, SharedAccessSignature, ...).
+_CREDENTIAL_FIELD = re.compile(r"key|secret|signature|token|password", re.IGNORECASE)
+
+
+def _credential_fields(value: str) -> list[str]:
+    """The credentials inside ``AccountKey=...;SharedAccessSignature=sv=...&sig=...`` style strings (a
+    connection string's key and SAS, a SAS token's signature), raw and percent-decoded: a message may
+    repeat one of them without the rest of the string."""
+    fields: list[str] = []
+    for item in value.split(";"):
+        name, equals, content = item.partition("=")
+        if equals and content and _CREDENTIAL_FIELD.search(name):
+            fields += [content, unquote(content)]
+    for item in re.split(r"[&?]", value):
+        name, equals, content = item.partition("=")
+        if equals and content and name.strip().lower() == "sig":
+            fields += [content, unquote(content)]
+    return fields
 
 
 def _collect_strings(value: Any, into: list[str]) -> None:

@@ -8,15 +8,23 @@ import io
 import logging
 import time
 import uuid
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from fsspec.core import url_to_fs
 from fsspec.implementations.local import LocalFileSystem
 
 __all__ = [
     "StorageError",
+    "StorageNotFoundError",
+    "StoragePermissionError",
+    "fresh_filesystem",
+    "list_files",
+    "make_parent_folder",
+    "scrub_secrets",
+    "storage_call",
     "is_transient_storage_error",
     "parquet_bytes",
     "read_file_bytes",
@@ -85,18 +93,40 @@ _TRANSIENT_CLASS_NAMES = frozenset(
 _TRANSIENT_SERVICE_CODES = frozenset(
     {"InternalError", "RequestTimeout", "ServiceUnavailable", "SlowDown", "Throttling", "ThrottlingException", "500", "503"}
 )
+# HTTP statuses that mean "try again": timeout, throttling, server errors. Azure's SDK raises its 500 and
+# 503 ("ServerBusy") as a plain HttpResponseError that only its status code tells apart from a 403 or 404.
+_TRANSIENT_HTTP_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+# Protocols of object stores, whose filesystems (s3fs, gcsfs, adlfs) create a bucket or container for
+# ``makedirs`` rather than a folder.
+_OBJECT_STORE_PROTOCOLS = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss"})
 
 
 class StorageError(OSError):
-    """A storage operation that still failed after :data:`STORAGE_ATTEMPTS` attempts."""
+    """A storage operation that failed for good: its error was still transient after
+    :data:`STORAGE_ATTEMPTS` attempts, or (for the dataset's own reads and writes) was permanent."""
+
+
+class StorageNotFoundError(StorageError, FileNotFoundError):
+    """A dataset read or write that found no such object, bucket or container."""
+
+
+class StoragePermissionError(StorageError, PermissionError):
+    """A dataset read or write that the storage refused (credentials, policy)."""
 
 
 def is_transient_storage_error(error: BaseException) -> bool:
     """Whether ``error`` is a storage failure that a later attempt may get past.
 
     Every OSError except a wrong path, missing permission or full/read-only disk (by class or errno), the
-    connection and timeout errors of the common storage clients (by class name), and S3-style throttling
-    and server errors (by service error code)."""
+    connection and timeout errors of the common storage clients (by class name), S3-style throttling and
+    server errors (by service error code), and any client's HTTP error whose status is a timeout, throttling
+    or server error (Azure's ``status_code``, aiohttp's ``status``, gcsfs's and Google's ``code``). Any other
+    error is judged by the error it was raised from: adlfs raises a failed upload or delete as a
+    ``RuntimeError`` from the storage client's error."""
+    return _is_transient(error, 0)
+
+
+def _is_transient(error: BaseException, depth: int) -> bool:
     if isinstance(error, StorageError):
         return False  # retried already
     if isinstance(error, OSError):
@@ -106,8 +136,27 @@ def is_transient_storage_error(error: BaseException) -> bool:
     response = getattr(error, "response", None)
     if isinstance(response, dict):
         code = (response.get("Error") or {}).get("Code")
-        return str(code) in _TRANSIENT_SERVICE_CODES
-    return False
+        status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
+        return str(code) in _TRANSIENT_SERVICE_CODES or status in _TRANSIENT_HTTP_STATUSES
+    if _http_status(error) in _TRANSIENT_HTTP_STATUSES:
+        return True
+    cause = error.__cause__
+    return cause is not None and depth < 8 and _is_transient(cause, depth + 1)
+
+
+def _http_status(error: BaseException) -> int | None:
+    """The HTTP status a storage client's error carries, if any."""
+    for holder in (error, getattr(error, "response", None)):
+        for name in ("status_code", "status", "code"):
+            value = getattr(holder, name, None)
+            if isinstance(value, int) and not isinstance(value, bool):
+                return value
+    return None
+
+
+def scrub_secrets(message: str, secrets: tuple[str, ...]) -> str:
+    """``message`` with every secret value replaced by ``***``."""
+    return _scrub(message, secrets)
 
 
 def _scrub(message: str, secrets: tuple[str, ...]) -> str:
@@ -167,6 +216,17 @@ def storage_url(fs, path: str) -> str:
         return path
 
 
+def fresh_filesystem(url: str, storage_options: Mapping[str, Any] | None = None):
+    """``url_to_fs(url, **storage_options)``, with the filesystem's listing cache emptied.
+
+    fsspec hands out one filesystem instance per process, thread and storage options, and s3fs keeps what it
+    listed there: a later run in the same process would open an object changed since with the size and
+    ETag of its old version, and s3fs fails that read (``FileExpired``) however often it is retried."""
+    fs, path = url_to_fs(url, **dict(storage_options or {}))
+    fs.invalidate_cache()
+    return fs, path
+
+
 def read_file_bytes(fs, path: str, *, secrets: tuple[str, ...] = ()) -> bytes:
     """The bytes of ``path``, read again after a transient storage error."""
 
@@ -174,7 +234,7 @@ def read_file_bytes(fs, path: str, *, secrets: tuple[str, ...] = ()) -> bytes:
         with fs.open(path, "rb") as handle:
             return handle.read()
 
-    return with_storage_retries(read, storage_url(fs, path), "read", secrets=secrets)
+    return storage_call(read, storage_url(fs, path), "read", secrets)
 
 
 def write_file_atomically(fs, path: str, data: bytes, *, secrets: tuple[str, ...] = ()) -> None:
@@ -182,12 +242,15 @@ def write_file_atomically(fs, path: str, data: bytes, *, secrets: tuple[str, ...
     retried (see :func:`with_storage_retries`).
 
     On a local disk the bytes go to a temporary name first and are renamed into place (a failed attempt's
-    temporary file is removed); object stores make a single PUT visible all at once."""
+    temporary file is removed); object stores make a single PUT visible all at once, and get no folders:
+    there ``makedirs`` would create a missing bucket or container, so a mistyped URL fails instead."""
     parent = path.rsplit("/", 1)[0]
     local = isinstance(fs, LocalFileSystem) or "file" in _protocols(fs)
+    object_store = not _OBJECT_STORE_PROTOCOLS.isdisjoint(_protocols(fs))
 
     def write() -> None:
-        fs.makedirs(parent, exist_ok=True)
+        if not object_store:
+            fs.makedirs(parent, exist_ok=True)
         if not local:
             with fs.open(path, "wb") as handle:
                 handle.write(data)
@@ -205,7 +268,42 @@ def write_file_atomically(fs, path: str, data: bytes, *, secrets: tuple[str, ...
                 pass
             raise
 
-    with_storage_retries(write, storage_url(fs, path), "write", secrets=secrets)
+    storage_call(write, storage_url(fs, path), "write", secrets)
+
+
+def storage_call(operation: Callable[[], T], url: str, action: str, secrets: tuple[str, ...] = ()) -> T:
+    """:func:`with_storage_retries`, where a permanent error (a missing bucket, denied access) ends in a
+    :class:`StorageError` that names the URL too: storage clients rarely say which object they refused,
+    and the run that fails on it has to."""
+    try:
+        return with_storage_retries(operation, url, action, secrets=secrets)
+    except StorageError:
+        raise
+    except Exception as error:
+        first_line = (str(error).strip().splitlines() or [""])[0]
+        message = f"cannot {action} {_scrub(url, secrets)}: {type(error).__name__}: {_scrub(first_line, secrets)}"
+        # Still a FileNotFoundError or PermissionError where it was one, for callers that tell them apart.
+        if isinstance(error, FileNotFoundError):
+            raise StorageNotFoundError(message) from None
+        if isinstance(error, PermissionError):
+            raise StoragePermissionError(message) from None
+        raise StorageError(message) from None
+
+
+def list_files(fs, folder: str, secrets: tuple[str, ...] = ()) -> list[str]:
+    """Every file below ``folder``, sorted (none if it does not exist), the listing retried."""
+    try:
+        return sorted(storage_call(lambda: fs.find(folder), storage_url(fs, folder), "list", secrets))
+    except FileNotFoundError:
+        return []
+
+
+def make_parent_folder(fs, path: str, *, secrets: tuple[str, ...] = ()) -> None:
+    """Create the folder ``path`` goes into, where folders exist: on object stores ``makedirs`` would create
+    a bucket or container instead, and objects need no folder."""
+    if _OBJECT_STORE_PROTOCOLS.isdisjoint(_protocols(fs)):
+        parent = path.rsplit("/", 1)[0]
+        storage_call(lambda: fs.makedirs(parent, exist_ok=True), storage_url(fs, parent), "create", secrets)
 
 
 def _protocols(fs) -> tuple[str, ...]:

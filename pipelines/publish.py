@@ -13,9 +13,10 @@ The dataset at ``URL`` is a series of immutable snapshots and one pointer to the
 
 A run writes its part files straight into its own snapshot folder, which no reader looks at until the
 root ``_manifest.json`` names it. Publishing writes the snapshot's manifest, then replaces the root
-``_manifest.json`` in one write — the moment the new snapshot becomes the dataset — then removes the
-staging area, the folders of failed runs and all but the newest ``keep`` snapshots, and writes
-``_SUCCESS``. Nothing is renamed, so this holds on object stores where a rename is a copy and a delete: a
+``_manifest.json`` in one write — the moment the new snapshot becomes the dataset. The root manifest also
+lists the kept snapshots (the newest ``keep``); every other folder under ``snapshots/`` (older snapshots,
+and what failed or killed runs left, even a killed run's own manifest) is then removed with the staging
+area, and ``_SUCCESS`` is written. Nothing is renamed, so this holds on object stores where a rename is a copy and a delete: a
 run killed at any point leaves the pointer on the previous snapshot, whole and readable, and the next run
 that publishes removes what it left. :func:`read_dataset` (like ``chunkline inspect``) reads exactly the
 parts the pointer names; to glob with another reader, glob one snapshot's folder
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import posixpath
 import socket
@@ -45,11 +47,15 @@ from fsspec.core import url_to_fs
 from fsspec.implementations.local import LocalFileSystem
 
 from chunkline.schemas import SCHEMA_VERSION, TABLE_SCHEMAS
+from chunkline.pipelines.config import storage_secrets
 from chunkline.pipelines.files import (
+    list_files,
+    make_parent_folder,
     parquet_bytes,
     read_parquet_bytes,
+    storage_call,
+    scrub_secrets,
     storage_url,
-    with_storage_retries,
     write_file_atomically,
 )
 
@@ -73,6 +79,8 @@ __all__ = [
     "snapshot_url",
     "staging_url",
 ]
+
+logger = logging.getLogger("chunkline")
 
 MANIFEST_NAME = "_manifest.json"
 SUCCESS_NAME = "_SUCCESS"
@@ -133,13 +141,19 @@ class OutputLock:
     run_id: str
     secrets: tuple[str, ...] = ()
 
+    @property
+    def url(self) -> str:
+        return storage_url(self.fs, self.path)
+
     def holder(self) -> dict[str, Any] | None:
+        """Who holds the lock (None: nobody; ``{}``: a lock a killed run left half-written)."""
         try:
-            with self.fs.open(self.path, "rb") as handle:
-                return json.loads(handle.read())
+            data = storage_call(lambda: self.fs.cat_file(self.path), self.url, "read", self.secrets)
         except FileNotFoundError:
             return None
-        except ValueError:  # a lock half-written by a killed run on a local disk
+        try:
+            return json.loads(data)
+        except ValueError:
             return {}
 
     def verify(self) -> None:
@@ -147,18 +161,27 @@ class OutputLock:
         holder = self.holder()
         if not holder or holder.get("run_id") != self.run_id:
             raise ConcurrentRunError(
-                f"run {self.run_id} lost the lock on {storage_url(self.fs, self.path)} to "
+                f"run {self.run_id} lost the lock on {self.url} to "
                 f"{(holder or {}).get('run_id', 'nobody')}; it publishes nothing"
             )
 
+    def remove(self) -> None:
+        storage_call(lambda: self.fs.rm(self.path), self.url, "delete", self.secrets)
+
     def release(self) -> None:
-        """Remove the lock if this run holds it (best effort: a stale lock is taken over anyway)."""
+        """Remove the lock if this run holds it. A failure is logged, never raised: it must not hide the
+        run's own outcome, and the lock is taken over once it expires."""
         try:
             holder = self.holder()
             if holder is not None and holder.get("run_id") == self.run_id:
-                self.fs.rm(self.path)
-        except Exception:  # releasing must never hide the run's own outcome
-            pass
+                self.remove()
+        except Exception as error:
+            logger.warning(
+                "chunkline: could not remove the lock %s (%s); remove it by hand, or runs from other hosts "
+                "wait for output.lock_expiry_seconds",
+                self.url,
+                scrub_secrets(str(error), self.secrets),
+            )
 
 
 def _lock_is_stale(holder: dict[str, Any], expiry_seconds: float) -> bool:
@@ -186,7 +209,8 @@ def acquire_output_lock(
     secrets: tuple[str, ...] = (),
 ) -> OutputLock:
     """Take the output's ``_lock.json`` for ``run_id``, or raise :class:`ConcurrentRunError` naming the run
-    that holds it."""
+    that holds it. Storage calls are retried; a permanent failure (no such bucket, access denied) raises a
+    :class:`StorageError` naming the lock's URL before anything is written."""
     fs, root = url_to_fs(output_url, **(storage_options or {}))
     root = root.rstrip("/")
     lock = OutputLock(fs, _join(root, LOCK_NAME), run_id, secrets)
@@ -207,11 +231,11 @@ def acquire_output_lock(
                 raise ConcurrentRunError(
                     f"another chunkline run ({holder.get('run_id')}, pid {holder.get('pid')} on "
                     f"{holder.get('host')}, started {holder.get('started_at')}) is writing {output_url}; wait "
-                    f"for it to finish, or remove {storage_url(fs, lock.path)} if that run is no longer alive"
+                    f"for it to finish, or remove {lock.url} if that run is no longer alive"
                 )
-            fs.rm(lock.path)
-        fs.makedirs(root, exist_ok=True)
+            lock.remove()
         if isinstance(fs, LocalFileSystem):
+            make_parent_folder(fs, lock.path, secrets=secrets)
             try:
                 descriptor = os.open(lock.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
             except FileExistsError:
@@ -220,7 +244,7 @@ def acquire_output_lock(
                 handle.write(content)
             return lock
         write_file_atomically(fs, lock.path, content, secrets=secrets)
-        # Object stores have no exclusive create: the last writer wins, and the loser sees it here.
+        # Object stores have no exclusive create here: the last writer wins, and the loser sees it here.
         time.sleep(0.05)
         lock.verify()
         return lock
@@ -244,8 +268,10 @@ def publish_run(
     """Make the snapshot that run ``run_id`` wrote under ``snapshots/<run_id>/`` the dataset at
     ``output_url``, then remove what no kept snapshot needs.
 
-    Every read and write is retried after a transient storage error; ``secrets`` are kept out of the
-    error messages. With ``lock``, the run must still hold it at the commit point."""
+    Every storage call is retried after a transient error; ``secrets`` are kept out of the error messages.
+    With ``lock``, the run must still hold it at the commit point. The root manifest lists the kept
+    snapshots (the newest ``keep``, this one last): a folder it does not list — a failed or killed run's,
+    even one killed after writing its own manifest — is never read and is removed."""
     started = time.perf_counter()
     fs, root = url_to_fs(output_url, **(storage_options or {}))
     root = root.rstrip("/")
@@ -254,10 +280,10 @@ def publish_run(
     tables: dict[str, dict[str, Any]] = {}
     for table in TABLE_SCHEMAS:
         table_folder = _join(snapshot_root, table)
-        parts = sorted(path for path in fs.find(table_folder) if path.endswith(".parquet")) if fs.exists(table_folder) else []
-        rows = 0
-        for path in parts:
-            rows += with_storage_retries(lambda path=path: _row_count(fs, path), storage_url(fs, path), "read", secrets=secrets)
+        parts = [path for path in list_files(fs, table_folder, secrets) if path.endswith(".parquet")]
+        rows = sum(
+            storage_call(lambda path=path: _row_count(fs, path), storage_url(fs, path), "read", secrets) for path in parts
+        )
         names = [posixpath.basename(path) for path in parts]
         if not names:
             # Every table has at least one file, so that readers globbing it find its schema.
@@ -265,11 +291,13 @@ def publish_run(
             write_file_atomically(fs, _join(table_folder, name), data, secrets=secrets)
             names.append(name)
         tables[table] = {"files": [f"{snapshot_folder}/{table}/{name}" for name in names], "rows": rows}
+    kept = (_kept_snapshots(fs, root, secrets) + [run_id])[-keep:]
     manifest = {
         "format": DATASET_FORMAT,
         "schema_version": SCHEMA_VERSION,
         "run_id": run_id,
         "snapshot": run_id,
+        "snapshots": kept,
         "published_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "tables": tables,
         **manifest_fields,
@@ -281,33 +309,45 @@ def publish_run(
         lock.verify()
     # The commit point: from here on the root manifest names the new snapshot.
     write_file_atomically(fs, _join(root, MANIFEST_NAME), manifest_bytes, secrets=secrets)
-    _remove_unneeded(fs, root, run_id, keep)
+    try:
+        _remove_unneeded(fs, root, kept, secrets)
+    except Exception as error:  # the snapshot is published; what is left over goes with the next run
+        logger.warning("chunkline: published snapshot %s, but could not remove old files (%s)", run_id, scrub_secrets(str(error), secrets))
     write_file_atomically(fs, _join(root, SUCCESS_NAME), f"{run_id}\n".encode(), secrets=secrets)
     return PublishedDataset(output_url, run_id, manifest)
 
 
-def _published_snapshots(fs, root: str) -> tuple[list[str], list[str]]:
-    """(published snapshot ids oldest first, folders of runs that never published)."""
-    folder = _join(root, SNAPSHOTS_FOLDER)
-    if not fs.exists(folder):
-        return [], []
-    published, unpublished = [], []
-    for path in sorted(fs.ls(folder, detail=False)):
-        name = posixpath.basename(path.rstrip("/"))
-        (published if fs.exists(_join(folder, name, MANIFEST_NAME)) else unpublished).append(name)
-    return published, unpublished
+def _list_folder(fs, folder: str, secrets: tuple[str, ...]) -> list[str]:
+    """Names of the entries directly in ``folder`` (none if it does not exist)."""
+    try:
+        entries = storage_call(lambda: fs.ls(folder, detail=False), storage_url(fs, folder), "list", secrets)
+    except FileNotFoundError:
+        return []
+    return sorted(posixpath.basename(entry.rstrip("/")) for entry in entries)
 
 
-def _remove_unneeded(fs, root: str, current: str, keep: int) -> None:
-    """Remove the staging area, failed runs' snapshot folders, snapshots beyond the newest ``keep`` and
-    the tables of the layout before snapshots. Runs with the lock held: nothing else is writing."""
-    _remove_tree(fs, _join(root, STAGING_FOLDER))
-    published, unpublished = _published_snapshots(fs, root)
-    kept = set(published[-keep:]) | {current}
-    for name in unpublished + [name for name in published if name not in kept]:
-        _remove_tree(fs, _join(root, SNAPSHOTS_FOLDER, name))
+def _kept_snapshots(fs, root: str, secrets: tuple[str, ...]) -> list[str]:
+    """The snapshots the current root manifest keeps, oldest first (none for a new output)."""
+    try:
+        data = storage_call(lambda: fs.cat_file(_join(root, MANIFEST_NAME)), storage_url(fs, root), "read", secrets)
+    except FileNotFoundError:
+        return []
+    manifest = json.loads(data)
+    if "snapshots" in manifest:
+        return list(manifest["snapshots"])
+    return [manifest["snapshot"]] if "snapshot" in manifest else []
+
+
+def _remove_unneeded(fs, root: str, kept: list[str], secrets: tuple[str, ...]) -> None:
+    """Remove the staging area, every snapshot folder the root manifest does not keep (older ones, and the
+    folders of failed or killed runs) and the tables of the layout before snapshots. Runs with the lock
+    held: nothing else is writing."""
+    _remove_tree(fs, _join(root, STAGING_FOLDER), secrets)
+    for name in _list_folder(fs, _join(root, SNAPSHOTS_FOLDER), secrets):
+        if name not in kept:
+            _remove_tree(fs, _join(root, SNAPSHOTS_FOLDER, name), secrets)
     for table in _TOP_LEVEL_TABLES:
-        _remove_tree(fs, _join(root, table))
+        _remove_tree(fs, _join(root, table), secrets)
 
 
 def _row_count(fs, path: str) -> int:
@@ -330,48 +370,44 @@ def discard_run(output_url: str, run_id: str, storage_options: dict[str, Any] | 
         pass
 
 
-def _option_values(storage_options: dict[str, Any] | None) -> tuple[str, ...]:
-    """Every string in ``storage_options`` (any could be a credential), to keep out of error messages."""
-    values: list[str] = []
-    pending: list[Any] = [storage_options or {}]
-    while pending:
-        value = pending.pop()
-        if isinstance(value, str) and len(value) >= 4:
-            values.append(value)
-        elif isinstance(value, dict):
-            pending.extend(value.values())
-        elif isinstance(value, (list, tuple)):
-            pending.extend(value)
-    return tuple(sorted(set(values), key=len, reverse=True))
+def _remove_tree(fs, path: str, secrets: tuple[str, ...] = ()) -> None:
+    def remove() -> None:
+        if fs.exists(path):
+            fs.rm(path, recursive=True)
 
-
-def _remove_tree(fs, path: str) -> None:
-    if fs.exists(path):
-        fs.rm(path, recursive=True)
+    storage_call(remove, storage_url(fs, path), "delete", secrets)
 
 
 def read_manifest(url: str, storage_options: dict[str, Any] | None = None, *, snapshot: str | None = None) -> dict[str, Any]:
-    """The manifest of the dataset published at ``url`` (its latest snapshot, or the kept ``snapshot``)."""
+    """The manifest of the dataset published at ``url``: its latest snapshot's, or that of ``snapshot``,
+    one of the snapshots the latest manifest keeps (see :func:`list_snapshots`)."""
     fs, root = url_to_fs(url, **(storage_options or {}))
     root = root.rstrip("/")
-    path = _join(root, MANIFEST_NAME) if snapshot is None else _join(root, SNAPSHOTS_FOLDER, snapshot, MANIFEST_NAME)
+    secrets = tuple(storage_secrets(storage_options or {}))
+    path = _join(root, MANIFEST_NAME)
     try:
-        manifest = json.loads(
-            with_storage_retries(lambda: fs.cat_file(path), storage_url(fs, path), "read", secrets=_option_values(storage_options))
-        )
+        manifest = json.loads(storage_call(lambda: fs.cat_file(path), storage_url(fs, path), "read", secrets))
     except FileNotFoundError:
-        if snapshot is not None:
-            raise DatasetNotFoundError(f"no snapshot {snapshot} at {url}; kept snapshots: {', '.join(list_snapshots(url, storage_options)) or 'none'}") from None
         raise DatasetNotFoundError(f"no chunkline dataset at {url}: {MANIFEST_NAME} not found") from None
     if manifest.get("format") != DATASET_FORMAT:
         raise DatasetNotFoundError(f"{storage_url(fs, path)} is not a chunkline manifest")
-    return manifest
+    if snapshot is None or snapshot == manifest.get("snapshot"):
+        return manifest
+    kept = manifest.get("snapshots", [])
+    if snapshot not in kept:
+        raise DatasetNotFoundError(f"no snapshot {snapshot} at {url}; kept snapshots: {', '.join(kept) or 'none'}")
+    path = _join(root, SNAPSHOTS_FOLDER, snapshot, MANIFEST_NAME)
+    return json.loads(storage_call(lambda: fs.cat_file(path), storage_url(fs, path), "read", secrets))
 
 
 def list_snapshots(url: str, storage_options: dict[str, Any] | None = None) -> list[str]:
-    """The ids of the published snapshots kept at ``url``, oldest first (the last is the latest)."""
-    fs, root = url_to_fs(url, **(storage_options or {}))
-    return _published_snapshots(fs, root.rstrip("/"))[0]
+    """The ids of the snapshots kept at ``url``, oldest first (the last is the latest); none if there is no
+    dataset there yet."""
+    try:
+        manifest = read_manifest(url, storage_options)
+    except DatasetNotFoundError:
+        return []
+    return list(manifest.get("snapshots") or [manifest.get("snapshot") or manifest["run_id"]])
 
 
 def dataset_files(
@@ -406,13 +442,12 @@ def read_dataset(
     if table not in manifest["tables"]:
         raise DatasetNotFoundError(f"the dataset at {url} has no {table} table (written by an older chunkline)")
     fs, root = url_to_fs(url, **(storage_options or {}))
+    secrets = tuple(storage_secrets(storage_options or {}))
     schema = TABLE_SCHEMAS[table][0]
     parts = []
     for name in manifest["tables"][table]["files"]:
         path = _join(root.rstrip("/"), name)
-        data = with_storage_retries(
-            lambda path=path: fs.cat_file(path), storage_url(fs, path), "read", secrets=_option_values(storage_options)
-        )
+        data = storage_call(lambda path=path: fs.cat_file(path), storage_url(fs, path), "read", secrets)
         parts.append(read_parquet_bytes(data, schema, columns))
     if columns is not None:
         schema = pa.schema([schema.field(name) for name in columns], metadata=schema.metadata)

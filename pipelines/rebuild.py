@@ -35,7 +35,7 @@ from fsspec.core import url_to_fs
 
 from chunkline.engine import CHUNKING_VERSION
 from chunkline.pipelines.config import RunConfig
-from chunkline.pipelines.files import with_storage_retries, write_file_atomically
+from chunkline.pipelines.files import fresh_filesystem, with_storage_retries, write_file_atomically
 from chunkline.schemas import SCHEMA_VERSION
 from chunkline.transforms.read import SourceFile, match_input
 from chunkline.transforms.write import PreviousSnapshot, keep_plan_path, shard_of
@@ -127,7 +127,10 @@ def plan_rebuild(config: RunConfig, previous_manifest: dict[str, Any] | None, pr
     matches: dict[str, list[SourceFile]] = defaultdict(list)
     for index, url in enumerate(config.input.paths):
         try:
-            for source in match_input(url, index, config.input):
+            listed = with_storage_retries(
+                lambda url=url, index=index: list(match_input(url, index, config.input)), url, "list", secrets=tuple(config.secrets())
+            )
+            for source in listed:
                 matches[source.doc_id].append(source)
         except Exception:  # the full pipeline turns an unlistable input into its error row
             return RebuildPlan("full", f"input {index + 1} could not be listed here", previous)
@@ -180,7 +183,7 @@ def plan_rebuild(config: RunConfig, previous_manifest: dict[str, Any] | None, pr
 def _content_digests(sources: list[SourceFile], config: RunConfig) -> dict[str, str | None]:
     """doc_id -> SHA-256 of the file's bytes now (None if it cannot be read: it is then chunked, and the
     pipeline reports why)."""
-    filesystems = {index: url_to_fs(url, **config.input.storage_options)[0] for index, url in enumerate(config.input.paths)}
+    filesystems = {index: fresh_filesystem(url, config.input.storage_options)[0] for index, url in enumerate(config.input.paths)}
     secrets = tuple(config.secrets())
 
     def digest(source: SourceFile) -> tuple[str, str | None]:

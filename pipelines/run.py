@@ -37,7 +37,7 @@ from fsspec.registry import get_filesystem_class
 
 from chunkline import __version__
 from chunkline.pipelines.config import RunConfig
-from chunkline.pipelines.files import storage_url, with_storage_retries
+from chunkline.pipelines.files import list_files, storage_url, with_storage_retries
 from chunkline.pipelines.publish import (
     DatasetNotFoundError,
     acquire_output_lock,
@@ -355,9 +355,7 @@ def _change_counts(output_url: str, run_id: str, config: RunConfig) -> dict[str,
     fs, root = url_to_fs(snapshot_url(output_url, run_id), **config.output.storage_options)
     counts = {"added": 0, "changed": 0, "deleted": 0, "unchanged": 0, "chunks_upserted": 0, "chunks_deleted": 0}
     folder = f"{root.rstrip('/')}/changes/documents"
-    if not fs.exists(folder):
-        return counts
-    for path in sorted(fs.find(folder)):
+    for path in list_files(fs, folder, tuple(config.secrets())):
         part = with_storage_retries(
             lambda path=path: _read_columns(fs, path, ["change", "chunks_upserted", "chunks_deleted"]),
             storage_url(fs, path),
@@ -379,9 +377,7 @@ def _staged_counts(output_url: str, run_id: str, config: RunConfig) -> dict[str,
     counts = {"documents_ok": 0, "documents_error": 0, "documents_skipped": 0, "chunks": 0, "tokens": 0, "input_bytes": 0, "errors": 0}
     for table, columns in (("documents", ["status", "size_bytes"]), ("chunks", ["token_count"]), ("errors", ["stage"])):
         folder = f"{root.rstrip('/')}/{table}"
-        if not fs.exists(folder):
-            continue
-        for path in sorted(fs.find(folder)):
+        for path in list_files(fs, folder, secret_values):
             part = with_storage_retries(
                 lambda path=path, columns=columns: _read_columns(fs, path, columns),
                 storage_url(fs, path),

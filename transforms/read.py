@@ -3,7 +3,9 @@
 Inputs are fsspec URLs: a folder (every file with one of ``extensions`` below it), a glob
 (``s3://bucket/docs/**/*.md``) or a single file, on any protocol fsspec knows, chained ones included
 (``zip::file:///corpus.zip``). Each file's ``doc_id`` is its POSIX path relative to the input's root (the
-folder, the part of a glob before its first wildcard, or a single file's folder).
+folder, the part of a glob before its first wildcard, or a single file's folder). A file whose name leads
+out of that root (an archive member named ``../evil.md``) is never read: it comes out with a ``problem``
+(an error row that names it) under a doc_id of the form ``_outside_input/<12 hex>/evil.md``.
 
 The transform matches files in a DoFn, groups the matches by ``doc_id`` (which spreads the reads across
 workers and settles two inputs that hold the same ``doc_id``: the first input wins, the others are
@@ -15,7 +17,9 @@ that still cannot be read is not an exception: it comes out as a :class:`SourceF
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import posixpath
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
@@ -27,7 +31,7 @@ from fsspec.core import url_to_fs
 from fsspec.implementations.local import LocalFileSystem
 
 from chunkline.pipelines.config import InputConfig
-from chunkline.pipelines.files import StorageError, with_storage_retries
+from chunkline.pipelines.files import StorageError, fresh_filesystem, with_storage_retries
 from chunkline.transforms.in_process import apply_in_process
 
 __all__ = ["ReadMarkdown", "SourceFile", "FileProblem", "match_input", "scrub"]
@@ -96,12 +100,48 @@ def _glob_root(path: str) -> str:
 
 
 def _safe_doc_id(path: str, root: str) -> str | None:
-    """``path`` relative to ``root`` as a clean POSIX path, or None if it escapes the root."""
-    relative = posixpath.relpath(path, root) if root else path.lstrip("/")
-    relative = posixpath.normpath(relative)
-    if relative in (".", "") or relative.startswith("../") or relative == ".." or relative.startswith("/"):
+    """``path`` relative to ``root`` as a clean POSIX path, or None if it escapes the root.
+
+    Both are normalized first and compared as they are, never against the working folder (which
+    ``relpath`` would bring in for an absolute name under a relative root). A ``..`` between backslashes
+    escapes too: a consumer on Windows would read it as a parent folder."""
+    root = posixpath.normpath(root) if root else ""
+    if root and root != ".":
+        path = posixpath.normpath(path)
+        if path != root and not path.startswith(root.rstrip("/") + "/"):
+            return None
+        relative = posixpath.relpath(path, root)
+    else:
+        relative = posixpath.normpath(path.lstrip("/"))
+    if relative in (".", "") or relative.startswith("/") or ".." in _PATH_PARTS.split(relative):
         return None
     return relative
+
+
+_PATH_PARTS = re.compile(r"[/\\]")
+_OUTSIDE_FOLDER = "_outside_input"
+
+
+def _outside_doc_id(path: str) -> str:
+    """The doc_id of a file whose name leaves the input's root: ``_outside_input/<12 hex>/<name>``.
+
+    ``<name>`` is the file's name with its empty, ``.`` and ``..`` parts dropped (``/`` and ``\\`` both
+    separate parts) and ``<12 hex>`` the start of the sha256 of the name as listed, so the id is the same on
+    every run, two names that climb differently get two ids, and no id is the clean path of a file inside the
+    input that it could be mistaken for (or take the place of as a duplicate)."""
+    digest = hashlib.sha256(path.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    parts = [part for part in _PATH_PARTS.split(path) if part not in ("", ".", "..")]
+    return "/".join([_OUTSIDE_FOLDER, digest, *(parts or ["unnamed"])])
+
+
+def _outside_problem(path: str, root: str) -> FileProblem:
+    where = f"the input's root {root!r}" if root else "the input's root"
+    return FileProblem(
+        "match",
+        "PathOutsideInput",
+        f"{path!r} is not read: its name leads out of {where} through a '..' part or an absolute path, as "
+        "in a zip-slip archive; rename it inside the input to chunk it",
+    )
 
 
 def _selected(doc_id: str, config: InputConfig) -> bool:
@@ -135,7 +175,10 @@ def match_input(url: str, input_index: int, config: InputConfig) -> Iterator[Sou
         raise FileNotFoundError(f"input {url} does not exist")
     for name in sorted(entries):
         doc_id = _safe_doc_id(name, root)
-        if doc_id is None or not _selected(doc_id, config):
+        # A name that climbs out of the root is never read, but is reported under an id of its own.
+        problem = _outside_problem(name, root) if doc_id is None else None
+        doc_id = doc_id or _outside_doc_id(name)
+        if not _selected(doc_id, config):
             continue
         info = entries[name]
         size = info.get("size")
@@ -146,6 +189,7 @@ def match_input(url: str, input_index: int, config: InputConfig) -> Iterator[Sou
             path=name,
             size_bytes=int(size) if size is not None else None,
             modified_time=_modified_time(info),
+            problem=problem,
         )
 
 
@@ -170,11 +214,18 @@ class _MatchFilesFn(beam.DoFn):
     def process(self, element: tuple[int, str]) -> Iterator[tuple[str, SourceFile]]:
         input_index, url = element
         try:
-            for source in match_input(url, input_index, self._config):
-                yield source.doc_id, source
+            # Listed whole before anything is emitted, so that a listing that fails midway is tried again
+            # from the start (a transient error would otherwise cost every document of the input).
+            sources = with_storage_retries(
+                lambda: list(match_input(url, input_index, self._config)), url, "list", secrets=self._secrets
+            )
         except Exception as error:  # an unreachable input is an error row, never a crashed run
-            problem = FileProblem("match", type(error).__name__, scrub(f"cannot list input {url}: {error}", self._secrets))
+            message = str(error) if isinstance(error, StorageError) else f"cannot list input {url}: {error}"
+            problem = FileProblem("match", type(error).__name__, scrub(message, self._secrets))
             yield url, SourceFile(url, url, input_index, "", None, None, problem=problem)
+            return
+        for source in sources:
+            yield source.doc_id, source
 
 
 class _ReadFileFn(beam.DoFn):
@@ -187,7 +238,7 @@ class _ReadFileFn(beam.DoFn):
 
     def setup(self) -> None:
         self._filesystems = {
-            index: url_to_fs(url, **self._config.storage_options)[0] for index, url in enumerate(self._config.paths)
+            index: fresh_filesystem(url, self._config.storage_options)[0] for index, url in enumerate(self._config.paths)
         }
 
     def process(self, element: tuple[str, Any]) -> Iterator[SourceFile]:

@@ -41,11 +41,13 @@ import pyarrow.ipc as ipc
 from fsspec.core import url_to_fs
 
 from chunkline.pipelines.files import (
+    list_files,
+    make_parent_folder,
     parquet_bytes,
     read_file_bytes,
     read_parquet_bytes,
+    storage_call,
     storage_url,
-    with_storage_retries,
     write_file_atomically,
 )
 from chunkline.schemas import ROW_TABLES, TABLE_SCHEMAS
@@ -245,7 +247,7 @@ class _MergeShardFn(beam.DoFn):
     def _read_spills(self, table_name: str, shard: int) -> pa.Table:
         schema = TABLE_SCHEMAS[table_name][0]
         folder = f"{self._staging_root}/spill/{table_name}/{shard:05d}"
-        spill_paths = self._fs.find(folder) if self._fs.exists(folder) else []
+        spill_paths = list_files(self._fs, folder, self._settings.secrets)
         tables = [schema.empty_table()]
         for path in sorted(spill_paths):
             data = read_file_bytes(self._fs, path, secrets=self._settings.secrets)
@@ -272,12 +274,12 @@ class _MergeShardFn(beam.DoFn):
                 continue
             for source in previous_parts.get(table_name, []):
                 destination = f"{self._snapshot_root}/{table_name}/{posixpath.basename(source)}"
-                self._fs.makedirs(posixpath.dirname(destination), exist_ok=True)
-                with_storage_retries(
+                make_parent_folder(self._fs, destination, secrets=self._settings.secrets)
+                storage_call(
                     lambda source=source, destination=destination: self._fs.copy(source, destination),
                     storage_url(self._fs, source),
                     "copy",
-                    secrets=self._settings.secrets,
+                    self._settings.secrets,
                 )
                 yield destination
         unchanged = _documents_changes(documents, documents, {}, {})

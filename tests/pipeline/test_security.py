@@ -241,7 +241,7 @@ def test_doc_ids_never_climb_out_of_the_input_whatever_its_spelling(tmp_path, mo
     assert all(any(doc_id == path or path.endswith("/" + doc_id) for path in CORPUS) for doc_id in found), found
 
 
-def test_zip_members_that_climb_out_are_skipped_and_the_others_get_clean_doc_ids(tmp_path):
+def test_zip_members_that_climb_out_are_reported_not_read_and_the_others_get_clean_doc_ids(tmp_path):
     archive = tmp_path / "upload.zip"
     members = {
         "ok/a.md": b"# A\n\nInside.\n",
@@ -260,20 +260,27 @@ def test_zip_members_that_climb_out_are_skipped_and_the_others_get_clean_doc_ids
     output = tmp_path / "out"
     run([f"zip::{archive.as_uri()}"], output)
     found = _assert_safe_doc_ids(output)
-    assert found == {"ok/a.md", "absolute.md", "inner.md", "dotted.md"}
+    # The members that climb are error rows under ids of their own (tests/pipeline/test_zip_member_names.py).
+    outside = {doc_id for doc_id in found if doc_id.startswith("_outside_input/")}
+    assert len(outside) == 3
+    assert found - outside == {"ok/a.md", "absolute.md", "inner.md", "dotted.md"}
     docs = documents(output)
-    assert {doc_id: row["status"] for doc_id, row in docs.items() if doc_id != "absolute.md"} == dict.fromkeys(
-        found - {"absolute.md"}, "ok"
-    )
+    assert {doc_id: row["status"] for doc_id, row in docs.items() if doc_id != "absolute.md"} == {
+        **dict.fromkeys(found - outside - {"absolute.md"}, "ok"),
+        **dict.fromkeys(outside, "error"),
+    }
     # A member named with a leading slash gets a clean doc_id; fsspec's zip filesystem cannot open it by
     # that name, which is an error row like any unreadable file.
     errors = {row["doc_id"]: row for row in rows(output, "errors")}
+    assert {doc_id: errors[doc_id]["stage"] for doc_id in outside} == dict.fromkeys(outside, "match")
     if docs["absolute.md"]["status"] == "error":
-        assert set(errors) == {"absolute.md"} and errors["absolute.md"]["stage"] == "read"
+        assert set(errors) - outside == {"absolute.md"} and errors["absolute.md"]["stage"] == "read"
     else:
-        assert not errors and docs["absolute.md"]["status"] == "ok"
+        assert set(errors) == outside and docs["absolute.md"]["status"] == "ok"
     assert not any(path.name in ("evil.md", "deeper.md", "sneaky.md") for path in tmp_path.rglob("*"))
 
-    # The same archive with a subfolder as the input root.
+    # The same archive with a subfolder as the input root: "ok/../../sneaky.md" climbs out of it too.
     run([f"zip://ok::{archive.as_uri()}"], tmp_path / "subfolder")
-    assert _assert_safe_doc_ids(tmp_path / "subfolder") == {"a.md"}
+    in_subfolder = _assert_safe_doc_ids(tmp_path / "subfolder")
+    assert {doc_id for doc_id in in_subfolder if not doc_id.startswith("_outside_input/")} == {"a.md"}
+    assert len(in_subfolder) == 2
