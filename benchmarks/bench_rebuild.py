@@ -37,17 +37,18 @@ REPO = Path(__file__).resolve().parents[1]
 DEFAULT_CORPUS = REPO.parent / "shared" / "corpus"
 
 _RUN_SNIPPET = """
-import json, sys, time
+import json, os, sys, time
 from chunkline.pipelines.config import load_run_config
 from chunkline.pipelines.run import run_pipeline
 config = load_run_config(None, [], environ={}, inputs=[sys.argv[1]], output=sys.argv[2])
 started = time.perf_counter()
 summary = run_pipeline(config)
-print(json.dumps({"seconds": time.perf_counter() - started, "rebuild": summary.rebuild, "changes": summary.changes}))
+print(json.dumps({"seconds": time.perf_counter() - started, "rebuild": summary.rebuild, "changes": summary.changes}), flush=True)
+os._exit(0)  # as `chunkline run` does: pyarrow's threads can abort a normal interpreter exit
 """
 
 _COMPARE_SNIPPET = """
-import json, sys
+import json, os, sys
 from chunkline.pipelines.publish import read_dataset, read_manifest
 a, b = sys.argv[1], sys.argv[2]
 result = {}
@@ -55,7 +56,8 @@ for table in ("chunks", "documents", "errors"):
     names_a = [name.rsplit("/", 1)[1] for name in read_manifest(a)["tables"][table]["files"]]
     names_b = [name.rsplit("/", 1)[1] for name in read_manifest(b)["tables"][table]["files"]]
     result[table] = read_dataset(a, table).equals(read_dataset(b, table)) and names_a == names_b
-print(json.dumps(result))
+print(json.dumps(result), flush=True)
+os._exit(0)
 """
 
 

@@ -32,6 +32,7 @@ from typing import Any
 
 import pyarrow as pa
 from fsspec.core import url_to_fs
+from fsspec.implementations.local import LocalFileSystem
 
 from chunkline.engine import CHUNKING_VERSION
 from chunkline.pipelines.config import RunConfig
@@ -198,7 +199,9 @@ def _content_digests(sources: list[SourceFile], config: RunConfig) -> dict[str, 
         except Exception:
             return source.doc_id, None
 
-    if len(sources) < 64:
+    local = all(isinstance(fs, LocalFileSystem) for fs in filesystems.values())
+    if local or len(sources) < 64:
+        # A local disk answers faster than threads hand work around; remote stores are waited on in parallel.
         return dict(map(digest, sources))
     with ThreadPoolExecutor(max_workers=_HASHING_THREADS) as pool:
         return dict(pool.map(digest, sources))
