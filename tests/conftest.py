@@ -220,3 +220,26 @@ def read_fixture():
 @pytest.fixture
 def check_invariants():
     return assert_invariants
+
+
+@pytest.fixture(scope="module")
+def network_blocked():
+    """Every attempt to open a network connection from Python fails and is recorded; none may happen."""
+    import socket
+
+    attempts: list[str] = []
+
+    def refuse(name):
+        def refused(*args, **kwargs):
+            attempts.append(f"{name}{args}")
+            raise OSError(f"network access attempted in an offline test: {name}")
+
+        return refused
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(socket.socket, "connect", refuse("socket.connect"))
+        patch.setattr(socket.socket, "connect_ex", refuse("socket.connect_ex"))
+        patch.setattr(socket, "create_connection", refuse("socket.create_connection"))
+        patch.setattr(socket, "getaddrinfo", refuse("socket.getaddrinfo"))
+        yield attempts
+    assert not attempts, f"network access attempted: {attempts}"
