@@ -57,14 +57,20 @@ class Piece:
 # A sentence ends at ., ! or ? (or their CJK forms), optionally followed by closing quotes or brackets;
 # the boundary is after the whitespace that follows, so the next piece starts with the next sentence.
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"'\u2019\u201d)\]]*[ \t]+|[\u3002\uff01\uff1f][\"'\u2019\u201d)\]]*\s*")
+# A search for sentence ends starts this far back, so that one whose closers and spaces begin before the
+# searched stretch is still found whole.
+_SENTENCE_LOOKBACK = 16
 _WHITESPACE_RUN = re.compile(r"\s+")
 # Fraction of the budget a piece must reach before the splitter prefers a weaker boundary to fill it.
 _MIN_FILL = 0.5
 # How far a range's own tokenization can be off from a slice's, in tokens (pieces differ only at the edges).
 _ESTIMATE_SLACK = 8
+# Characters before a limit that the first backward look for a boundary covers.
+_FIRST_WINDOW = 64
 
 
 _WHOLE_WORD_LEVELS = tuple(level for level in BoundaryLevel if level >= BoundaryLevel.WORD)
+_SORTED_LEVELS = frozenset({BoundaryLevel.BLOCK, BoundaryLevel.LINE, BoundaryLevel.TOKEN})
 
 
 class _RangeSplitter:
@@ -139,11 +145,15 @@ class _RangeSplitter:
         slot = bisect_left(self.forbidden_starts, position) - 1
         return slot < 0 or position >= self.forbidden_ends[slot]
 
-    def candidates(self, level: BoundaryLevel, low: int, high: int) -> list[int]:
-        """Boundaries of ``level`` in the closed interval [low, high], ascending, allowed or not."""
+    def candidates(self, level: BoundaryLevel, low: int, high: int, text_end: int | None = None) -> list[int]:
+        """Boundaries of ``level`` in the closed interval [low, high], ascending, allowed or not.
+
+        Whitespace after ``text_end`` (``high`` by default) is not looked at: a run cut there ends there."""
         if high < low:
             return []
         text = self.text
+        if text_end is None:
+            text_end = high
         if level is BoundaryLevel.BLOCK:
             positions = self.block_boundaries[
                 bisect_left(self.block_boundaries, low) : bisect_right(self.block_boundaries, high)
@@ -152,10 +162,11 @@ class _RangeSplitter:
             line_starts = self.index.line_starts
             positions = line_starts[bisect_left(line_starts, low) : bisect_right(line_starts, high)]
         elif level is BoundaryLevel.SENTENCE:
-            positions = [match.end() for match in _SENTENCE_END.finditer(text, max(low - 4, 0), high)]
+            matches = _SENTENCE_END.finditer(text, max(low - _SENTENCE_LOOKBACK, 0), text_end)
+            positions = [match.end() for match in matches]
             positions = [position for position in positions if low <= position <= high]
         elif level is BoundaryLevel.WORD:
-            positions = [match.end() for match in _WHITESPACE_RUN.finditer(text, max(low - 1, 0), high)]
+            positions = [match.end() for match in _WHITESPACE_RUN.finditer(text, max(low - 1, 0), text_end)]
             positions = [position for position in positions if low <= position <= high]
         elif level is BoundaryLevel.TOKEN:
             ends = self.tokens.aligned_end_chars
@@ -165,8 +176,59 @@ class _RangeSplitter:
         return positions
 
     def last_allowed(self, level: BoundaryLevel, low: int, high: int) -> int | None:
-        allowed = self.allowed
-        return next((p for p in reversed(self.candidates(level, low, high)) if allowed(p)), None)
+        """The last allowed boundary of ``level`` in [low, high].
+
+        Looked for backwards from ``high``, jumping over protected blocks, so that finding a cut near
+        ``high`` costs the same in a long range as in a short one: sorted boundaries are walked by
+        bisection, and the boundaries a regular expression finds are looked for in windows that widen
+        eightfold."""
+        if level is BoundaryLevel.CHARACTER:
+            blocked = self._forbidden_start(high)
+            position = high if blocked is None else blocked
+            return position if position >= low else None
+        if level in _SORTED_LEVELS:
+            return self._last_allowed_sorted(self._sorted_boundaries(level), low, high)
+        window = _FIRST_WINDOW
+        top = high
+        while top >= low:
+            bottom = max(low, top - window)
+            # A regular expression sees one character past the window, so that a whitespace run that goes
+            # on past ``top`` is not cut short there (``high`` itself is the caller's limit).
+            positions = self.candidates(level, bottom, top, min(top + 1, high))
+            skip_above = top
+            for position in reversed(positions):
+                if position > skip_above:
+                    continue
+                blocked = self._forbidden_start(position)
+                if blocked is None:
+                    return position
+                skip_above = blocked  # the block's start is the next cut to try
+            top = min(bottom - 1, skip_above)
+            window *= 8
+        return None
+
+    def _sorted_boundaries(self, level: BoundaryLevel) -> list[int]:
+        if level is BoundaryLevel.BLOCK:
+            return self.block_boundaries
+        if level is BoundaryLevel.LINE:
+            return self.index.line_starts
+        return self.tokens.aligned_end_chars
+
+    def _last_allowed_sorted(self, positions: list[int], low: int, high: int) -> int | None:
+        slot = bisect_right(positions, high) - 1
+        while slot >= 0 and positions[slot] >= low:
+            blocked = self._forbidden_start(positions[slot])
+            if blocked is None:
+                return positions[slot]
+            slot = bisect_right(positions, blocked) - 1
+        return None
+
+    def _forbidden_start(self, position: int) -> int | None:
+        """The start of the protected block that holds ``position`` strictly inside, if any."""
+        slot = bisect_left(self.forbidden_starts, position) - 1
+        if slot >= 0 and position < self.forbidden_ends[slot]:
+            return self.forbidden_starts[slot]
+        return None
 
     def count(self, start: int, end: int) -> int:
         return self.tokens.count(start, end)

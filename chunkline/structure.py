@@ -13,17 +13,26 @@ a mapping (``---`` then prose then ``---``) is markdown, not front matter; one t
 all (a syntax error, or a tag such as ``!!python/object`` that safe loading refuses) is front matter with
 an ``error`` and no data. Its characters stay in the document: chunks and
 reconstruction still cover them.
+
+Quotes and list items are parsed as containers down to :data:`MAX_CONTAINER_DEPTH` levels; what is nested
+deeper is parsed with the leaf rules only (its paragraphs, fences, headings... but no further quotes or
+lists), so that 5,000 nested quotes cost a bounded parse and a list nested past the limit still ends where
+CommonMark ends it instead of swallowing the rest of the document.
 """
 
 from __future__ import annotations
 
 import functools
 import re
+import sys
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from markdown_it import MarkdownIt
+from markdown_it.parser_block import ParserBlock
+from markdown_it.ruler import Ruler
+from markdown_it.rules_block.state_block import StateBlock
 from markdown_it.token import Token
 
 from chunkline.patterns import DEFAULT_TIMEOUT_SECONDS, compile_pattern, finditer_within
@@ -33,6 +42,7 @@ __all__ = [
     "Block",
     "BlockKind",
     "FrontMatter",
+    "MAX_CONTAINER_DEPTH",
     "MarkdownDocument",
     "Section",
     "parse_markdown",
@@ -233,11 +243,78 @@ class MarkdownDocument:
         return None
 
 
-@functools.lru_cache(maxsize=1)
-def _block_parser() -> MarkdownIt:
-    parser = MarkdownIt("commonmark", {"maxNesting": 100}).enable("table")
+#: Container depth (markdown-it token levels: one per quote, two per list) up to which quotes and list items
+#: are parsed as containers; content nested deeper is parsed with leaf rules only. CommonMark parsing of
+#: nested containers costs depth x lines, so the limit bounds what a hostile file can cost; 32 levels is 16
+#: nested lists, far beyond what documents use.
+MAX_CONTAINER_DEPTH = 32
+
+
+class _DepthLimitedBlockParser(ParserBlock):
+    """markdown-it's block parser, with a different answer to content nested too deep.
+
+    markdown-it's own ``maxNesting`` skips everything from the limit to the end of the enclosing range, so a
+    list item at the limit swallows the rest of the document, document-level headings included. Here the
+    content at the limit is parsed with the leaf rules (paragraph, fence, heading, table...): its extent
+    is found as it would be, only quotes and lists inside it are not opened."""
+
+    def __init__(self, ruler: Ruler, leaf_ruler: Ruler):
+        super().__init__()
+        self.ruler = ruler
+        self._leaf = ParserBlock()
+        self._leaf.ruler = leaf_ruler
+
+    def tokenize(self, state: StateBlock, startLine: int, endLine: int) -> None:  # noqa: N803 - markdown-it's names
+        if state.level >= MAX_CONTAINER_DEPTH:
+            self._leaf.tokenize(state, startLine, endLine)
+        else:
+            super().tokenize(state, startLine, endLine)
+
+
+_THEMATIC_BREAK_TAIL = {marker: re.compile(f"[ \\t{re.escape(marker)}]*") for marker in "*-_"}
+
+
+def _thematic_break(state: StateBlock, startLine: int, endLine: int, silent: bool) -> bool:  # noqa: N803
+    """markdown-it's ``hr`` rule with the line scanned by a regular expression: the rule runs again at every
+    list level, and a Python loop over a ``- - - ...`` line made 2,000 nested lists quadratic."""
+    src = state.src
+    pos = state.bMarks[startLine] + state.tShift[startLine]
+    maximum = state.eMarks[startLine]
+    if state.is_code_block(startLine) or pos >= len(src):
+        return False
+    marker = src[pos]
+    tail = _THEMATIC_BREAK_TAIL.get(marker)
+    if tail is None or tail.match(src, pos + 1, maximum).end() != maximum:
+        return False
+    count = 1 + src.count(marker, pos + 1, maximum)
+    if count < 3:
+        return False
+    if silent:
+        return True
+    state.line = startLine + 1
+    token = state.push("hr", "hr", 0)
+    token.map = [startLine, state.line]
+    token.markup = marker * (count + 1)  # as markdown-it-py sets it
+    return True
+
+
+def _configured_parser() -> MarkdownIt:
+    # The depth limit is the block parser's own (above), never markdown-it's skipping.
+    parser = MarkdownIt("commonmark", {"maxNesting": sys.maxsize}).enable("table")
     # Only block structure is needed; inline parsing of every paragraph would double the parse time.
     parser.core.ruler.disable(["inline", "text_join"])
+    ruler = parser.block.ruler
+    hr_alt = next(rule.alt for rule in ruler.__rules__ if rule.name == "hr")
+    ruler.at("hr", _thematic_break, {"alt": list(hr_alt)})
+    return parser
+
+
+@functools.lru_cache(maxsize=1)
+def _block_parser() -> MarkdownIt:
+    parser = _configured_parser()
+    leaf_ruler = _configured_parser().block.ruler
+    leaf_ruler.disable(["blockquote", "list"])
+    parser.block = _DepthLimitedBlockParser(parser.block.ruler, leaf_ruler)
     return parser
 
 

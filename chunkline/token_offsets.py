@@ -6,22 +6,75 @@ positions that are "clean cuts" for the encoding.
 
 tiktoken first splits text into pieces with a regular expression and then encodes each piece on its own,
 so a slice encodes to exactly the tokens between its ends when both ends are piece boundaries and the
-pieces at its edges come out the same with the slice's own ends. For encodings whose pattern ends a
-whitespace run at its last line break (``\\s*[\\r\\n]``, as in ``cl100k_base`` and ``o200k_base``), a line
-start whose first character is not whitespace is such a position: the run before it ends with the line
-break whether or not the text goes on, and nothing after a line break can join the piece before it. Any
-other position is counted by encoding the slice.
+pieces at its edges come out the same with the slice's own ends. Two kinds of position are such "clean
+cuts":
+
+* For encodings whose pattern ends a whitespace run at its last line break (``\\s*[\\r\\n]``, as in
+  ``cl100k_base`` and ``o200k_base``), a line start whose first character is neither whitespace nor ``/``:
+  the run before it ends with the line break whether or not the text goes on, and nothing after a line
+  break can join the piece before it (``o200k_base`` lets ``/`` follow punctuation and a line break).
+* For the patterns of tiktoken's published encodings (:data:`SPACE_CUT_PATTERNS`), a space or tab right
+  after a character that is not whitespace: in those patterns whitespace is only ever a piece's first
+  character or part of an all-whitespace piece, so no piece runs across that position, and the pieces on
+  either side are matched alike whether the text stops there or goes on.
+
+A slice with ragged ends is counted as the encoded stretches between each end and the nearest clean cut
+inside it, plus the offsets' count between those cuts.
 """
 
 from __future__ import annotations
 
+import re
 from bisect import bisect_left, bisect_right
 
 import numpy as np
 
 from chunkline.tokenizers import TokenCounter
 
-__all__ = ["TokenOffsets"]
+__all__ = ["SPACE_CUT_PATTERNS", "TokenOffsets"]
+
+#: Pre-tokenizer patterns (tiktoken's ``r50k``/``p50k``, ``cl100k`` and ``o200k`` families, as tiktoken has
+#: written them) for which a space or tab after a non-whitespace character is a clean cut. Another pattern
+#: gets line-start cuts only: the property holds for these by their construction, not for any pattern.
+SPACE_CUT_PATTERNS = frozenset(
+    {
+        r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s""",
+        r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""",
+        r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|"""
+        r"""\s++$|\s*[\r\n]|\s+(?!\S)|\s""",
+        r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"""
+        r"""\s*[\r\n]+|\s+(?!\S)|\s+""",
+        "|".join(
+            [
+                r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"""
+                r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+                r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*"""
+                r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+                r"""\p{N}{1,3}""",
+                r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
+                r"""\s*[\r\n]+""",
+                r"""\s+(?!\S)""",
+                r"""\s+""",
+            ]
+        ),
+    }
+)
+
+# Candidate clean cuts (zero-width): after a line break before a character that is neither whitespace nor
+# "/", and before a space or tab that follows a non-whitespace character. Python's \s is str.isspace(),
+# a superset of the Unicode White_Space the patterns use, so \S here is never whitespace to them.
+_LINE_CUT = r"(?<=[\r\n])(?=[^\s/])"
+_SPACE_CUT = r"(?<=\S)(?=[ \t])"
+_CUT_CANDIDATES = {
+    (True, False): re.compile(_LINE_CUT),
+    (False, True): re.compile(_SPACE_CUT),
+    (True, True): re.compile(f"{_LINE_CUT}|{_SPACE_CUT}"),
+}
+
+
+def _space_cuts(counter: TokenCounter) -> bool:
+    encoding = getattr(counter, "encoding", None)
+    return getattr(encoding, "_pat_str", None) in SPACE_CUT_PATTERNS
 
 
 class TokenOffsets:
@@ -33,6 +86,8 @@ class TokenOffsets:
         "end",
         "counter",
         "_clean_lines",
+        "_clean_spaces",
+        "_cut_candidates",
         "_end_chars",
         "_aligned",
         "_end_chars_list",
@@ -45,6 +100,8 @@ class TokenOffsets:
         self.end = end
         self.counter = counter
         self._clean_lines = bool(getattr(counter, "line_starts_are_clean_cuts", False))
+        self._clean_spaces = _space_cuts(counter)
+        self._cut_candidates = _CUT_CANDIDATES.get((self._clean_lines, self._clean_spaces))
         segment = text[start:end]
         byte_ends = np.cumsum(counter.token_byte_lengths(counter.encode_array(segment)), dtype=np.int64)
         self._end_chars_list: list[int] | None = None
@@ -106,15 +163,22 @@ class TokenOffsets:
     def _is_clean_cut(self, position: int) -> bool:
         if position == self.start or position == self.end:
             return True
-        if not self._clean_lines or not self.start < position < self.end:
+        if not self.start < position < self.end:
             return False
-        text = self.text
-        if text[position - 1] not in "\r\n" or text[position].isspace():
+        if not self._clean_around(position):
             return False
         # It must also be a token end of this range's encoding.
         ends = self._end_chars
         slot = int(ends.searchsorted(position))
         return slot < len(ends) and int(ends[slot]) == position
+
+    def _clean_around(self, position: int) -> bool:
+        """The characters on either side of ``position`` (inside the range) make it a clean cut, provided
+        that it is a token end too."""
+        before, at = self.text[position - 1], self.text[position]
+        if self._clean_spaces and at in " \t" and not before.isspace():
+            return True
+        return self._clean_lines and before in "\r\n" and not at.isspace() and at != "/"
 
     def _tokens_before(self, position: int) -> int:
         if position == self.start:
@@ -122,10 +186,20 @@ class TokenOffsets:
         return int(self._end_chars.searchsorted(position, side="right"))
 
     def _first_clean_cut(self, start: int, end: int) -> int | None:
-        """The first clean cut in [start, end], looking at a bounded number of line starts."""
+        """The first clean cut in [start, end], looking a bounded distance ahead."""
         if self._is_clean_cut(start):
             return start
+        if self._cut_candidates is None:
+            return None
         text = self.text
+        if self._clean_spaces:
+            window_end = min(end, start + _CHARS_SEARCHED)
+            if _has_space_or_tab(text, start, window_end):
+                for match in self._cut_candidates.finditer(text, start, window_end):
+                    if self._is_clean_cut(match.start()):
+                        return match.start()
+                if window_end == end:
+                    return None
         position = start
         for _ in range(_LINES_SEARCHED):
             newline = _next_line_break(text, position, end)
@@ -139,10 +213,30 @@ class TokenOffsets:
         return None
 
     def _last_clean_cut(self, start: int, end: int) -> int | None:
-        """The last clean cut in [start, end], looking at a bounded number of line starts."""
+        """The last clean cut in [start, end], looking a bounded distance back."""
         if self._is_clean_cut(end):
             return end
+        if self._cut_candidates is None:
+            return None
         text = self.text
+        if self._clean_spaces:
+            # A short look first: in text with spaces the last cut is a word away.
+            top = end
+            scanned_all = True  # every window so far was searched for line cuts too
+            for distance in (_CHARS_SEARCHED // 8, _CHARS_SEARCHED):
+                window_start = max(start, end - distance)
+                if _has_space_or_tab(text, window_start, top):
+                    found = [match.start() for match in self._cut_candidates.finditer(text, window_start, top)]
+                    for position in reversed(found):
+                        if self._is_clean_cut(position):
+                            return position
+                else:
+                    scanned_all = False
+                if window_start == start:
+                    if scanned_all:
+                        return None
+                    break
+                top = window_start
         position = end
         for _ in range(_LINES_SEARCHED):
             newline = max(text.rfind("\n", start, position - 1), text.rfind("\r", start, position - 1))
@@ -166,16 +260,8 @@ class TokenOffsets:
         before = ends.searchsorted(positions, side="right")
         slots = ends.searchsorted(positions)
         is_token_end = (slots < len(ends)) & (ends[np.minimum(slots, len(ends) - 1)] == positions)
-        text = self.text
         clean = [
-            position == self.start
-            or position == self.end
-            or (
-                self._clean_lines
-                and bool(at_token_end)
-                and text[position - 1] in "\r\n"
-                and not text[position].isspace()
-            )
+            position == self.start or position == self.end or (at_token_end and self._clean_around(position))
             for position, at_token_end in zip(cuts, is_token_end.tolist())
         ]
         before_list = before.tolist()
@@ -209,8 +295,14 @@ class TokenOffsets:
         return total
 
 
-# A ragged slice end looks this many lines ahead or back for a clean cut before encoding the whole slice.
+# A ragged slice end looks this many characters, then this many lines, ahead or back for a clean cut before
+# encoding the whole slice.
+_CHARS_SEARCHED = 256
 _LINES_SEARCHED = 16
+
+
+def _has_space_or_tab(text: str, start: int, end: int) -> bool:
+    return text.find(" ", start, end) >= 0 or text.find("\t", start, end) >= 0
 
 
 def _next_line_break(text: str, start: int, end: int) -> int:

@@ -112,6 +112,8 @@ _BLANK_RUN = re.compile(r"(?:\r\n|\r|\n)(?:[ \t]*(?:\r\n|\r|\n))+")
 _LEADING_BLANK_RUN = re.compile(r"(?:[ \t]*(?:\r\n|\r|\n))+")
 # A word start: a non-whitespace character right after whitespace.
 _WORD_START = re.compile(r"(?<=\s)(?=\S)")
+# Characters before a limit that the first backward look for a word start covers.
+_WORD_WINDOW_CHARS = 64
 # How far an estimated token count may be off an exact one at a slice's edges.
 _ESTIMATE_SLACK_TOKENS = 8
 
@@ -316,11 +318,23 @@ class _ScoredChunker:
         return None
 
     def _last_word_start(self, low: int, high: int) -> int | None:
-        """The last word start in ``[low, high]``, or ``None``."""
-        found = None
-        for match in _WORD_START.finditer(self.text, max(low, 1), min(high + 1, self.length)):
-            found = match.start()
-        return found
+        """The last word start in ``[low, high]``, or ``None``.
+
+        Looked for backwards from ``high`` in windows that widen fourfold: in text made of one-character
+        words (``> > > ...``) a scan of the whole window would find hundreds of starts to keep one."""
+        low = max(low, 1)
+        top = min(high + 1, self.length)  # exclusive
+        distance = _WORD_WINDOW_CHARS
+        while top > low:
+            bottom = max(low, top - distance)
+            found = None
+            for match in _WORD_START.finditer(self.text, bottom, top):
+                found = match.start()
+            if found is not None:
+                return found
+            top = bottom
+            distance *= 4
+        return None
 
     def _first_line_with_text(self, low: int, high: int) -> int | None:
         """The first start of a non-blank line in ``[low, high]``, or ``None``."""

@@ -119,7 +119,9 @@ def test_a_subfolder_root_reports_members_that_climb_out_of_it(tmp_path):
 
 def test_a_member_that_climbs_never_takes_the_place_of_the_file_it_names(tmp_path):
     # "../guide.md" cleaned to "guide.md" would be a duplicate of the real one and could win over it.
-    archive = write_archive(tmp_path / "bundle.zip", {"guide.md": b"# Guide\n\nThe real one.\n", "../guide.md": b"# Fake\n"})
+    archive = write_archive(
+        tmp_path / "bundle.zip", {"guide.md": b"# Guide\n\nThe real one.\n", "../guide.md": b"# Fake\n"}
+    )
     output = tmp_path / "out"
     run([f"zip::{archive.as_uri()}"], output)
     docs = documents(output)
