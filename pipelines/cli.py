@@ -112,6 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Show a dataset's run, tables, documents by status, token histogram and errors.",
     )
     inspect.add_argument("url", metavar="URL", help="the dataset's location (fsspec URL)")
+    _add_settings_arguments(inspect)
     inspect.add_argument("--errors", type=int, default=10, metavar="N", help="error rows to show (default 10)")
     inspect.add_argument(
         "--html",
@@ -196,13 +197,18 @@ def _run_command(arguments: argparse.Namespace) -> int:
 
 
 def _inspect_command(arguments: argparse.Namespace) -> int:
+    from chunkline.pipelines.config import load_run_config
     from chunkline.pipelines.inspect import describe_dataset
 
-    print(describe_dataset(arguments.url, error_rows=arguments.errors))
+    # The output's storage options (an endpoint, a profile, keys) come from the same config file,
+    # environment variables and --set as for `chunkline run`.
+    config = load_run_config(arguments.config, list(arguments.overrides), output=arguments.url, require_inputs=False)
+    storage_options = dict(config.output.storage_options)
+    print(describe_dataset(arguments.url, error_rows=arguments.errors, storage_options=storage_options))
     if arguments.html:
         from chunkline.pipelines.report import build_html_report, save_html
 
-        page = build_html_report(arguments.url)
+        page = build_html_report(arguments.url, storage_options)
         try:
             save_html(page, arguments.html)
         except OSError as error:

@@ -261,9 +261,11 @@ def load_run_config(
     *,
     inputs: Iterable[str] = (),
     output: str | None = None,
+    require_inputs: bool = True,
 ) -> RunConfig:
     """The run settings from ``config_file``, the environment, ``--set`` overrides and the command line's
-    inputs and ``--output`` (each layer over the one before)."""
+    inputs and ``--output`` (each layer over the one before). ``require_inputs=False`` for commands that
+    only read the output (``chunkline inspect``)."""
     data: dict[str, Any] = read_yaml_mapping(config_file) if config_file is not None else {}
     environment = os.environ if environ is None else environ
     data = deep_merge(data, env_overrides(environment, ENV_PREFIXES))
@@ -274,7 +276,7 @@ def load_run_config(
     if output is not None:
         data = deep_merge(data, {"output": {"url": output}})
     config = RunConfig.from_dict(data)
-    if not config.input.paths:
+    if require_inputs and not config.input.paths:
         raise ConfigError("no input: give INPUT paths or set input.paths in the config")
     if not config.output.url:
         raise ConfigError("no output: give --output URL or set output.url in the config")

@@ -4,6 +4,8 @@ with the rows a local run of the same files gives."""
 
 from __future__ import annotations
 
+import json
+
 import fsspec
 import pytest
 
@@ -63,3 +65,12 @@ def test_a_corpus_in_s3_is_chunked_rebuilt_and_read_back_as_a_local_run_gives_it
     assert f"documents: {len(edited) - 1} ok, 1 error, 0 skipped" in report
     assert f"chunks: {chunks.num_rows:,}, tokens {sum(chunks.column('token_count').to_pylist()):,}" in report
     assert NOT_UTF8 in report
+
+    # ... and with them in a config file instead, as `chunkline run` takes them, and no variable set.
+    config = tmp_path / "read-only.yaml"
+    config.write_text(json.dumps({"output": {"storage_options": options}}))
+    from_config = chunkline_cli(["inspect", output, "--config", str(config)], clean_environment(), cwd=tmp_path)
+    assert from_config.returncode == 0, from_config.stderr.decode()
+    assert from_config.stdout.decode().replace("\r", "") == report.replace("\r", "")
+    for secret in (options["key"], options["secret"]):
+        assert secret not in from_config.stdout.decode() + from_config.stderr.decode()
