@@ -22,9 +22,9 @@ that publishes removes what it left. :func:`read_dataset` (like ``chunkline insp
 parts the pointer names; to glob with another reader, glob one snapshot's folder
 (:func:`dataset_files` lists its parts).
 
-Only one run may write an output at a time: :func:`acquire_output_lock` takes ``_lock.json`` (exclusively
-on a local disk; written and read back on object stores) and refuses with a clear message while another
-live run holds it. A lock left by a killed run on this machine, or older than ``output.lock_expiry_seconds``,
+Only one run may write an output at a time: :func:`acquire_output_lock` takes ``_lock.json``, created
+exclusively (``O_EXCL`` on a local disk, a conditional write on S3 and Azure; written and read back on
+stores with neither), and refuses with a clear message while another live run holds it. A lock left by a killed run on this machine, or older than ``output.lock_expiry_seconds``,
 is taken over.
 """
 
@@ -56,6 +56,7 @@ from chunkline.pipelines.files import (
     storage_call,
     scrub_secrets,
     storage_url,
+    with_storage_retries,
     write_file_atomically,
 )
 
@@ -224,9 +225,11 @@ def acquire_output_lock(
         },
         sort_keys=True,
     ).encode()
-    for _attempt in range(2):
+    for _attempt in range(3):
         holder = lock.holder()
         if holder is not None:
+            if holder.get("run_id") == run_id:
+                return lock  # our own create, whose answer was lost and retried
             if not _lock_is_stale(holder, expiry_seconds):
                 raise ConcurrentRunError(
                     f"another chunkline run ({holder.get('run_id')}, pid {holder.get('pid')} on "
@@ -234,22 +237,44 @@ def acquire_output_lock(
                     f"for it to finish, or remove {lock.url} if that run is no longer alive"
                 )
             lock.remove()
-        if isinstance(fs, LocalFileSystem):
-            make_parent_folder(fs, lock.path, secrets=secrets)
-            try:
-                descriptor = os.open(lock.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            except FileExistsError:
-                continue  # another run took it between our look and our create: look again
-            with os.fdopen(descriptor, "wb") as handle:
-                handle.write(content)
+        created = _create_exclusively(fs, lock.path, content, secrets)
+        if created is None:
+            # A store with no exclusive create: the last writer wins, and the loser sees it when it reads back.
+            write_file_atomically(fs, lock.path, content, secrets=secrets)
+            time.sleep(0.05)
+            lock.verify()
             return lock
-        write_file_atomically(fs, lock.path, content, secrets=secrets)
-        # Object stores have no exclusive create here: the last writer wins, and the loser sees it here.
-        time.sleep(0.05)
-        lock.verify()
-        return lock
-    lock.verify()
-    return lock
+        if created:
+            return lock
+        # Another run created it between our look and our create: look again.
+    raise ConcurrentRunError(f"another chunkline run took the lock on {output_url} as this one tried to; try again")
+
+
+def _create_exclusively(fs, path: str, content: bytes, secrets: tuple[str, ...]) -> bool | None:
+    """Create ``path`` holding ``content`` only if it does not exist: True if created, False if it existed,
+    None if the filesystem cannot create exclusively. A local disk creates with ``O_EXCL``; s3fs and adlfs
+    open mode ``xb`` as a conditional write (``If-None-Match: *``)."""
+    if isinstance(fs, LocalFileSystem):
+        make_parent_folder(fs, path, secrets=secrets)
+        try:
+            descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            return False
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(content)
+        return True
+
+    def create() -> None:
+        with fs.open(path, "xb") as handle:
+            handle.write(content)
+
+    try:
+        with_storage_retries(create, storage_url(fs, path), "create", secrets=secrets)
+    except FileExistsError:
+        return False
+    except (ValueError, NotImplementedError, TypeError):  # no mode "xb" on this filesystem
+        return None
+    return True
 
 
 # ------------------------------------------------------------------------------------------ publish
