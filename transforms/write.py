@@ -29,7 +29,7 @@ import io
 import json
 import posixpath
 import uuid
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -197,21 +197,34 @@ class _MergeShardFn(beam.DoFn):
             yield from self._copy_untouched(shard, plan, previous_parts)
             return
         carried_ids = pa.array(sorted(plan.modified_times) if plan else [], pa.string())
-        final: dict[str, pa.Table] = {}
-        previous: dict[str, pa.Table] = {}
-        for table_name in ROW_TABLES:
-            schema, key_columns = TABLE_SCHEMAS[table_name]
-            previous[table_name] = self._read_previous(table_name, shard, previous_parts)
-            carried = previous[table_name].filter(pc.is_in(previous[table_name].column("doc_id"), carried_ids))
-            if table_name == "documents" and plan is not None and carried.num_rows:
-                carried = _with_modified_times(carried, plan.modified_times)
-            table = _sorted_unique(pa.concat_tables([carried, self._read_spills(table_name, shard)]), key_columns)
-            final[table_name] = table
-            yield from self._write(table_name, shard, table)
-        if self._settings.previous is None:
-            previous = {name: TABLE_SCHEMAS[name][0].empty_table() for name in ROW_TABLES}
-        for table_name, table in _changes(previous, final, carried_ids).items():
-            yield from self._write(table_name, shard, table)
+        # Chunks first, and their rows let go before the other tables: a shard of a full rebuild holds a
+        # share of the whole corpus, and the merge should hold it once.
+        previous_chunks, chunks = self._merge_table("chunks", shard, previous_parts, carried_ids, plan)
+        yield from self._write("chunks", shard, chunks)
+        upserts, deletes = _chunk_changes(previous_chunks, chunks, carried_ids)
+        del previous_chunks, chunks
+        yield from self._write("changes/upserts", shard, upserts)
+        yield from self._write("changes/deletes", shard, deletes)
+        upserted = Counter(upserts.column("doc_id").to_pylist())
+        deleted = Counter(deletes.column("doc_id").to_pylist())
+        del upserts, deletes
+        previous_documents, documents = self._merge_table("documents", shard, previous_parts, carried_ids, plan)
+        yield from self._write("documents", shard, documents)
+        _, errors = self._merge_table("errors", shard, previous_parts, carried_ids, plan)
+        yield from self._write("errors", shard, errors)
+        yield from self._write("changes/documents", shard, _documents_changes(previous_documents, documents, upserted, deleted))
+
+    def _merge_table(
+        self, table_name: str, shard: int, previous_parts: dict[str, list[str]], carried_ids: pa.Array, plan: _ShardPlan | None
+    ) -> tuple[pa.Table, pa.Table]:
+        """(the previous snapshot's rows of the shard, the shard's new rows: carried over and spilled, sorted
+        by the table's key with duplicates dropped)."""
+        previous = self._read_previous(table_name, shard, previous_parts)
+        carried = previous.filter(pc.is_in(previous.column("doc_id"), carried_ids))
+        if table_name == "documents" and plan is not None and carried.num_rows:
+            carried = _with_modified_times(carried, plan.modified_times)
+        merged = _sorted_unique(pa.concat_tables([carried, self._read_spills(table_name, shard)]), TABLE_SCHEMAS[table_name][1])
+        return previous, merged
 
     def _plan(self, shard: int) -> _ShardPlan | None:
         if not self._settings.incremental:
@@ -293,30 +306,25 @@ def _with_modified_times(documents: pa.Table, modified_times: dict[str, int | No
     return documents.set_column(column, documents.schema.field(column), pa.array(values, pa.int64()).cast(documents.schema.field(column).type))
 
 
-def _changes(previous: dict[str, pa.Table], final: dict[str, pa.Table], carried_ids: pa.Array) -> dict[str, pa.Table]:
-    """A shard's ``changes/`` tables: the chunk rows that are new or differ from the previous snapshot's,
-    the previous chunks that are gone, and every document's change."""
-    old_chunks = previous["chunks"].filter(pc.invert(pc.is_in(previous["chunks"].column("doc_id"), carried_ids)))
-    new_chunks = final["chunks"].filter(pc.invert(pc.is_in(final["chunks"].column("doc_id"), carried_ids)))
-    # Vectorised: a shard of a full rebuild holds a share of the whole corpus.
-    position_in_old = pc.index_in(new_chunks.column("chunk_id"), value_set=old_chunks.column("chunk_id"))
-    upserts = new_chunks.filter(pc.invert(_same_rows(new_chunks, old_chunks, position_in_old)))
+def _chunk_changes(previous: pa.Table, final: pa.Table, carried_ids: pa.Array) -> tuple[pa.Table, pa.Table]:
+    """A shard's ``changes/upserts`` and ``changes/deletes``: the chunk rows that are new or differ from the
+    previous snapshot's, and the previous chunks that are gone (carried documents are neither)."""
+    old_chunks = previous.filter(pc.invert(pc.is_in(previous.column("doc_id"), carried_ids)))
+    new_chunks = final.filter(pc.invert(pc.is_in(final.column("doc_id"), carried_ids))) if len(carried_ids) else final
+    if old_chunks.num_rows:
+        position_in_old = pc.index_in(new_chunks.column("chunk_id"), value_set=old_chunks.column("chunk_id"))
+        upserts = new_chunks.filter(pc.invert(_same_rows(new_chunks, old_chunks, position_in_old)))
+    else:
+        upserts = new_chunks  # every chunk is new: no copy of the shard's rows
     deletes = old_chunks.select(["doc_id", "chunk_id", "chunk_uuid"]).filter(
         pc.invert(pc.is_in(old_chunks.column("chunk_id"), value_set=new_chunks.column("chunk_id")))
     )
-    upserted_per_document: dict[str, int] = defaultdict(int)
-    for doc_id in upserts.column("doc_id").to_pylist():
-        upserted_per_document[doc_id] += 1
-    deleted_per_document: dict[str, int] = defaultdict(int)
-    for doc_id in deletes.column("doc_id").to_pylist():
-        deleted_per_document[doc_id] += 1
-    return {
-        "changes/documents": _documents_changes(
-            previous["documents"], final["documents"], upserted_per_document, deleted_per_document
-        ),
-        "changes/upserts": _sorted_unique(upserts.cast(TABLE_SCHEMAS["changes/upserts"][0]), TABLE_SCHEMAS["changes/upserts"][1]),
-        "changes/deletes": _sorted_unique(deletes.cast(TABLE_SCHEMAS["changes/deletes"][0]), TABLE_SCHEMAS["changes/deletes"][1]),
-    }
+    deletes_schema, deletes_key = TABLE_SCHEMAS["changes/deletes"]
+    # Upserts are a filter of the sorted, de-duplicated chunks: in key order already, with the same columns.
+    return (
+        upserts.replace_schema_metadata(TABLE_SCHEMAS["changes/upserts"][0].metadata),
+        _sorted_unique(deletes.cast(deletes_schema), deletes_key),
+    )
 
 
 def _same_rows(new: pa.Table, old: pa.Table, position_in_old: pa.Array) -> pa.Array:
