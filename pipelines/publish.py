@@ -56,7 +56,6 @@ from chunkline.pipelines.files import (
     storage_call,
     scrub_secrets,
     storage_url,
-    with_storage_retries,
     write_file_atomically,
 )
 
@@ -264,17 +263,18 @@ def _create_exclusively(fs, path: str, content: bytes, secrets: tuple[str, ...])
             handle.write(content)
         return True
 
-    def create() -> None:
-        with fs.open(path, "xb") as handle:
-            handle.write(content)
+    def create() -> bool | None:
+        try:
+            with fs.open(path, "xb") as handle:
+                handle.write(content)
+        except FileExistsError:
+            return False
+        except (ValueError, NotImplementedError):  # no mode "xb" on this filesystem
+            return None
+        return True
 
-    try:
-        with_storage_retries(create, storage_url(fs, path), "create", secrets=secrets)
-    except FileExistsError:
-        return False
-    except (ValueError, NotImplementedError, TypeError):  # no mode "xb" on this filesystem
-        return None
-    return True
+    # Any other failure (no such bucket, access denied) ends the run with an error naming the lock's URL.
+    return storage_call(create, storage_url(fs, path), "create", secrets)
 
 
 # ------------------------------------------------------------------------------------------ publish
