@@ -243,3 +243,16 @@ def network_blocked():
         patch.setattr(socket, "getaddrinfo", refuse("socket.getaddrinfo"))
         yield attempts
     assert not attempts, f"network access attempted: {attempts}"
+
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def import_example(name: str):
+    """The example ``examples/<name>.py``, imported from its file as a user who copied it would run it."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"chunkline_example_{name}", EXAMPLES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -11,7 +11,6 @@ No test here may reach the network.
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ import lancedb
 import numpy as np
 import pyarrow as pa
 import pytest
+from conftest import import_example
 from pipeline.conftest import run, write_corpus, write_files
 from qdrant_client import QdrantClient, models
 
@@ -29,15 +29,8 @@ from chunkline.pipelines.publish import list_snapshots, read_dataset, read_manif
 
 pytestmark = pytest.mark.timeout(300)
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
-def import_example(name: str) -> ModuleType:
-    """The example ``examples/<name>.py``, imported from its file as a user who copied it would run it."""
-    spec = importlib.util.spec_from_file_location(f"chunkline_delta_example_{name}", EXAMPLES / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 embedder = import_example("hashing_embedder")

@@ -8,19 +8,18 @@ carrying positions that point at that passage in the source file. No test here m
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import lancedb
 import numpy as np
 import pytest
+from conftest import import_example
 from qdrant_client import QdrantClient
 
 from chunkline.pipelines.config import load_run_config
@@ -34,12 +33,6 @@ SAMPLE_CORPUS = REPO / "sample_corpus"
 EXAMPLES = REPO / "examples"
 
 
-def import_example(name: str) -> ModuleType:
-    """The example ``examples/<name>.py``, imported from its file as a user who copied it would run it."""
-    spec = importlib.util.spec_from_file_location(f"chunkline_example_{name}", EXAMPLES / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 embedder = import_example("hashing_embedder")
