@@ -256,3 +256,21 @@ def import_example(name: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def qdrant_points(target: Path) -> list:
+    """Every point of the "chunks" collection of the local Qdrant store at ``target``, with payloads and
+    vectors, read page by page."""
+    from qdrant_client import QdrantClient
+
+    client = QdrantClient(path=str(target))
+    try:
+        points, offset = [], None
+        while True:
+            page, offset = client.scroll("chunks", limit=500, offset=offset, with_payload=True, with_vectors=True)
+            points += page
+            if offset is None:
+                break
+    finally:
+        client.close()
+    return points

@@ -21,7 +21,7 @@ import lancedb
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import import_example
+from conftest import import_example, qdrant_points
 from pipeline.conftest import run, write_corpus, write_files
 from qdrant_client import QdrantClient, models
 
@@ -102,16 +102,7 @@ def lancedb_mark(target: Path) -> None:
 
 
 def qdrant_rows(target: Path) -> list[Stored]:
-    client = QdrantClient(path=str(target))
-    try:
-        points, offset = [], None
-        while True:
-            page, offset = client.scroll("chunks", limit=500, offset=offset, with_payload=True, with_vectors=True)
-            points += page
-            if offset is None:
-                break
-    finally:
-        client.close()
+    points = qdrant_points(target)
     stored = []
     for point in points:
         payload = dict(point.payload)

@@ -19,7 +19,7 @@ from typing import Any
 import lancedb
 import numpy as np
 import pytest
-from conftest import import_example
+from conftest import import_example, qdrant_points
 from qdrant_client import QdrantClient
 
 from chunkline.pipelines.config import load_run_config
@@ -77,16 +77,7 @@ def lancedb_rows(target: Path) -> list[dict[str, Any]]:
 
 def qdrant_rows(target: Path) -> list[dict[str, Any]]:
     """Every point of the Qdrant collection as ``{"id", "vector", **payload}``, by id."""
-    client = QdrantClient(path=str(target))
-    try:
-        points, offset = [], None
-        while True:
-            page, offset = client.scroll("chunks", limit=500, offset=offset, with_payload=True, with_vectors=True)
-            points += page
-            if offset is None:
-                break
-    finally:
-        client.close()
+    points = qdrant_points(target)
     return sorted(({"id": point.id, "vector": point.vector, **point.payload} for point in points), key=lambda row: row["id"])
 
 
