@@ -1,19 +1,40 @@
 """The output lock: one run writes an output at a time (no Beam here).
 
-:func:`acquire_output_lock` takes ``URL/_lock.json``, created exclusively (``O_EXCL`` on a local disk, a
-conditional write on S3 and Azure; written and read back on stores with neither), and refuses with a clear
-message while another live run holds it. A lock left by a killed run on this machine, or older than
-``output.lock_expiry_seconds``, is taken over.
+A run takes ``URL/_lock.json`` before it writes anything and gives it up when it ends::
+
+    URL/_lock.json                            the holder: run id, host, pid, start time
+    URL/_lock.json.tmp-<random>               a local disk's lock content, there for a moment before it
+                                              is linked into place
+
+**Taking a free lock** is one exclusive create that carries the lock's content, so no run ever sees a lock
+half-written by another: on a local disk the content goes to a temporary file beside the lock and is
+hard-linked into place (``os.link`` fails if the lock exists); on S3 and Azure a conditional write
+(``If-None-Match: *``, fsspec mode ``xb``) is one request holding the content. Stores with neither are
+written and read back: the last writer wins and the others see it.
+
+**A held lock** refuses the run with :class:`ConcurrentRunError` naming the holder's run id, pid and host.
+A holder is stale — its run is dead — when its pid no longer exists on this host, or when it is older than
+``output.lock_expiry_seconds``. A lock that cannot be parsed is never stale by itself: on a store without
+atomic visibility it may be a write in progress. It counts as held until the store's modification time
+says it is older than :data:`UNREADABLE_LOCK_GRACE_SECONDS` (a write of a few hundred bytes is whole long
+before), and on a store that reports no modification time it stays held and the message says to remove it.
+
+A stale lock is removed, then taken as a free one. The run that holds the lock removes old temporary
+files beside it when it releases the lock.
 """
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
 import logging
 import os
 import posixpath
+import re
 import socket
 import time
+import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -25,6 +46,8 @@ from chunkline.pipelines.files import make_parent_folder, scrub_secrets, storage
 
 __all__ = [
     "LOCK_NAME",
+    "TAKEOVER_CLAIM_EXPIRY_SECONDS",
+    "UNREADABLE_LOCK_GRACE_SECONDS",
     "ConcurrentRunError",
     "OutputLock",
     "acquire_output_lock",
@@ -33,10 +56,51 @@ __all__ = [
 logger = logging.getLogger("chunkline")
 
 LOCK_NAME = "_lock.json"
+#: A lock that cannot be parsed counts as held until it is this old by the store's modification time.
+UNREADABLE_LOCK_GRACE_SECONDS = 60.0
+#: A takeover claim older than this may be broken: its run takes a few storage calls to finish with it.
+TAKEOVER_CLAIM_EXPIRY_SECONDS = 120.0
+#: How long a run waits for another run's takeover, or for an unreadable lock to become whole, before it
+#: gives up with a message.
+_BUSY_WAIT_SECONDS = 5.0
+#: Claim generations one takeover goes through at most (each one a claim whose run died).
+_MAX_CLAIM_GENERATIONS = 16
+_CLAIM_MARK = ".takeover-"
+_TEMPORARY_MARK = ".tmp-"
+# A run id that can name a claim as it is; any other holder is named by a hash of its bytes.
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+# Errors of ``os.link`` on filesystems without hard links (FAT, some network shares).
+_NO_HARD_LINKS = frozenset(
+    getattr(errno, name) for name in ("EPERM", "ENOTSUP", "EOPNOTSUPP", "ENOSYS", "EMLINK") if hasattr(errno, name)
+)
 
 
 class ConcurrentRunError(RuntimeError):
     """Another run is writing the same output."""
+
+
+@dataclass(frozen=True)
+class _Seen:
+    """One read of a lock or claim: its bytes, and its holder when they parse as one."""
+
+    data: bytes
+    holder: dict[str, Any] | None
+
+    @property
+    def key(self) -> str:
+        """The name a takeover claim of this holder carries: its run id, or a hash of its bytes."""
+        run_id = (self.holder or {}).get("run_id")
+        if isinstance(run_id, str) and _PLAIN_NAME.fullmatch(run_id):
+            return run_id
+        return f"sha256-{hashlib.sha256(self.data).hexdigest()[:16]}"
+
+
+def _parse(data: bytes) -> _Seen:
+    try:
+        holder = json.loads(data)
+    except ValueError:
+        holder = None
+    return _Seen(data, holder if isinstance(holder, dict) and holder else None)
 
 
 @dataclass
@@ -53,15 +117,11 @@ class OutputLock:
         return storage_url(self.fs, self.path)
 
     def holder(self) -> dict[str, Any] | None:
-        """Who holds the lock (None: nobody; ``{}``: a lock a killed run left half-written)."""
-        try:
-            data = storage_call(lambda: self.fs.cat_file(self.path), self.url, "read", self.secrets)
-        except FileNotFoundError:
+        """Who holds the lock (None: nobody; ``{}``: a lock that cannot be parsed)."""
+        seen = self._read(self.path)
+        if seen is None:
             return None
-        try:
-            return json.loads(data)
-        except ValueError:
-            return {}
+        return seen.holder or {}
 
     def verify(self) -> None:
         """Raise :class:`ConcurrentRunError` unless this run still holds the lock."""
@@ -76,11 +136,13 @@ class OutputLock:
         storage_call(lambda: self.fs.rm(self.path), self.url, "delete", self.secrets)
 
     def release(self) -> None:
-        """Remove the lock if this run holds it. A failure is logged, never raised: it must not hide the
-        run's own outcome, and the lock is taken over once it expires."""
+        """Remove what other takeovers left beside the lock, then the lock if this run holds it. A failure is
+        logged, never raised: it must not hide the run's own outcome, and the lock is taken over once it
+        expires."""
         try:
             holder = self.holder()
             if holder is not None and holder.get("run_id") == self.run_id:
+                self._remove_leftovers()
                 self.remove()
         except Exception as error:
             logger.warning(
@@ -90,19 +152,103 @@ class OutputLock:
                 scrub_secrets(str(error), self.secrets),
             )
 
+    # -- reading -----------------------------------------------------------------------------------
+
+    def _read(self, path: str) -> _Seen | None:
+        try:
+            data = storage_call(lambda: self.fs.cat_file(path), storage_url(self.fs, path), "read", self.secrets)
+        except FileNotFoundError:
+            return None
+        return _parse(data)
+
+    def _age_seconds(self, path: str) -> float | None:
+        """How long ago the store last modified ``path`` (None: it cannot say, or ``path`` is gone)."""
+        try:
+            self.fs.invalidate_cache(posixpath.dirname(path))
+            info = storage_call(lambda: self.fs.info(path), storage_url(self.fs, path), "look up", self.secrets)
+        except FileNotFoundError:
+            return None
+        modified = _modified_epoch(info)
+        return None if modified is None else time.time() - modified
+
+    def _is_stale(self, path: str, seen: _Seen, expiry_seconds: float) -> bool:
+        if seen.holder is not None:
+            return _lock_is_stale(seen.holder, expiry_seconds)
+        age_seconds = self._age_seconds(path)
+        return age_seconds is not None and age_seconds > UNREADABLE_LOCK_GRACE_SECONDS
+
+    def _remove_quietly(self, path: str) -> None:
+        try:
+            storage_call(lambda: self.fs.rm(path), storage_url(self.fs, path), "delete", self.secrets)
+        except FileNotFoundError:
+            pass
+        except Exception as error:  # a claim left behind is broken once its run is gone
+            logger.warning(
+                "chunkline: could not remove %s (%s); the next run that holds the lock removes it",
+                storage_url(self.fs, path),
+                scrub_secrets(str(error), self.secrets),
+            )
+
+    def _remove_leftovers(self) -> None:
+        """Remove the claims of takeovers that are over (every claim not naming this run as the stale
+        holder) and the temporary files of local creates killed before they were linked."""
+        folder = posixpath.dirname(self.path)
+        self.fs.invalidate_cache(folder)
+        try:
+            names = storage_call(lambda: self.fs.ls(folder, detail=False), storage_url(self.fs, folder), "list", self.secrets)
+        except FileNotFoundError:
+            return
+        for name in names:
+            base = posixpath.basename(name.rstrip("/"))
+            if base.startswith(LOCK_NAME + _CLAIM_MARK):
+                stale_key = base[len(LOCK_NAME + _CLAIM_MARK) :].rsplit(".", 1)[0]
+                if stale_key != self.run_id:  # a run deciding this run is stale is still at work
+                    self._remove_quietly(_join(folder, base))
+            elif base.startswith(LOCK_NAME + _TEMPORARY_MARK):
+                age_seconds = self._age_seconds(_join(folder, base))
+                if age_seconds is not None and age_seconds > UNREADABLE_LOCK_GRACE_SECONDS:
+                    self._remove_quietly(_join(folder, base))
+
+
+def _join(folder: str, name: str) -> str:
+    return posixpath.join(folder.rstrip("/"), name)
+
+
+def _modified_epoch(info: dict[str, Any]) -> float | None:
+    """The modification time in an fsspec ``info`` entry, as seconds since the epoch: local disks say
+    ``mtime``, s3fs ``LastModified``, adlfs ``last_modified``, gcsfs ``updated``, memory ``created``."""
+    for name in ("mtime", "LastModified", "last_modified", "updated", "created"):
+        value = info.get(name)
+        if isinstance(value, datetime):
+            return (value if value.tzinfo else value.replace(tzinfo=timezone.utc)).timestamp()
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+            except ValueError:
+                continue
+    return None
+
 
 def _lock_is_stale(holder: dict[str, Any], expiry_seconds: float) -> bool:
+    """Whether the run that wrote ``holder`` is dead: its pid is gone from this host, or it started more
+    than ``expiry_seconds`` ago. A holder that cannot be parsed (``{}``) is never stale by itself: see
+    :data:`UNREADABLE_LOCK_GRACE_SECONDS`."""
     if not holder:
-        return True
-    started = holder.get("started_at_epoch", 0)
-    if time.time() - float(started) > expiry_seconds:
+        return False
+    try:
+        started = float(holder.get("started_at_epoch", 0))
+    except (TypeError, ValueError):
+        started = 0.0
+    if time.time() - started > expiry_seconds:
         return True
     if holder.get("host") == socket.gethostname():
         try:
             os.kill(int(holder.get("pid", 0)), 0)
         except ProcessLookupError:
             return True
-        except (PermissionError, ValueError, OSError):
+        except (PermissionError, ValueError, TypeError, OSError):
             return False
     return False
 
@@ -116,11 +262,12 @@ def acquire_output_lock(
     secrets: tuple[str, ...] = (),
 ) -> OutputLock:
     """Take the output's ``_lock.json`` for ``run_id``, or raise :class:`ConcurrentRunError` naming the run
-    that holds it. Storage calls are retried; a permanent failure (no such bucket, access denied) raises a
+    that holds it. A stale holder is replaced by exactly one of the runs that see it (see the module's
+    guide). Storage calls are retried; a permanent failure (no such bucket, access denied) raises a
     :class:`StorageError` naming the lock's URL before anything is written."""
     fs, root = url_to_fs(output_url, **(storage_options or {}))
     root = root.rstrip("/")
-    lock = OutputLock(fs, posixpath.join(root, LOCK_NAME), run_id, secrets)
+    lock = OutputLock(fs, _join(root, LOCK_NAME), run_id, secrets)
     content = json.dumps(
         {
             "run_id": run_id,
@@ -131,44 +278,62 @@ def acquire_output_lock(
         },
         sort_keys=True,
     ).encode()
-    for _attempt in range(3):
-        holder = lock.holder()
-        if holder is not None:
-            if holder.get("run_id") == run_id:
-                return lock  # our own create, whose answer was lost and retried
-            if not _lock_is_stale(holder, expiry_seconds):
+    deadline = time.monotonic() + _BUSY_WAIT_SECONDS
+    pause_seconds = 0.01
+    waiting_for = ""
+    while True:
+        seen = lock._read(lock.path)
+        if seen is None:
+            created = _create_exclusively(fs, lock.path, content, secrets)
+            if created is None:
+                return _write_and_read_back(lock, content)
+            if created:
+                return lock
+            continue  # another run created it between our look and our create: look again
+        holder = seen.holder
+        if holder is not None and holder.get("run_id") == run_id:
+            return lock  # our own create, whose answer was lost and retried
+        if not lock._is_stale(lock.path, seen, expiry_seconds):
+            if holder is not None:
                 raise ConcurrentRunError(
                     f"another chunkline run ({holder.get('run_id')}, pid {holder.get('pid')} on "
                     f"{holder.get('host')}, started {holder.get('started_at')}) is writing {output_url}; wait "
                     f"for it to finish, or remove {lock.url} if that run is no longer alive"
                 )
+            waiting_for = (
+                f"the lock {lock.url} cannot be read (a run may be writing it); if no chunkline run is "
+                f"writing {output_url}, remove it"
+            )
+        else:
             lock.remove()
-        created = _create_exclusively(fs, lock.path, content, secrets)
-        if created is None:
-            # A store with no exclusive create: the last writer wins, and the loser sees it when it reads back.
-            write_file_atomically(fs, lock.path, content, secrets=secrets)
-            time.sleep(0.05)
-            lock.verify()
-            return lock
-        if created:
-            return lock
-        # Another run created it between our look and our create: look again.
-    raise ConcurrentRunError(f"another chunkline run took the lock on {output_url} as this one tried to; try again")
+            continue
+        if time.monotonic() > deadline:
+            raise ConcurrentRunError(waiting_for)
+        time.sleep(pause_seconds)
+        pause_seconds = min(pause_seconds * 2, 0.5)
+
+
+def _write_and_read_back(lock: OutputLock, content: bytes) -> OutputLock:
+    """Take the lock on a store with no exclusive create: the last writer wins, and the loser sees it when it
+    reads back."""
+    write_file_atomically(lock.fs, lock.path, content, secrets=lock.secrets)
+    time.sleep(0.05)
+    lock.verify()
+    return lock
 
 
 def _create_exclusively(fs, path: str, content: bytes, secrets: tuple[str, ...]) -> bool | None:
-    """Create ``path`` holding ``content`` only if it does not exist: True if created, False if it existed,
-    None if the filesystem cannot create exclusively. A local disk creates with ``O_EXCL``; s3fs and adlfs
-    open mode ``xb`` as a conditional write (``If-None-Match: *``)."""
+    """Create ``path`` holding ``content`` only if it does not exist, in the one step that makes it visible:
+    True if created, False if it existed, None if the filesystem cannot create exclusively.
+
+    A local disk writes a temporary file beside ``path`` and hard-links it into place (on a filesystem
+    without hard links, ``O_EXCL`` then a write: the file is empty for a moment, which readers of an
+    unparseable lock allow for); s3fs and adlfs open mode ``xb`` as one conditional write
+    (``If-None-Match: *``)."""
+    url = storage_url(fs, path)
     if isinstance(fs, LocalFileSystem):
         make_parent_folder(fs, path, secrets=secrets)
-        try:
-            descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            return False
-        with os.fdopen(descriptor, "wb") as handle:
-            handle.write(content)
-        return True
+        return storage_call(lambda: _link_exclusively(path, content), url, "create", secrets)
 
     def create() -> bool | None:
         try:
@@ -181,4 +346,31 @@ def _create_exclusively(fs, path: str, content: bytes, secrets: tuple[str, ...])
         return True
 
     # Any other failure (no such bucket, access denied) ends the run with an error naming the lock's URL.
-    return storage_call(create, storage_url(fs, path), "create", secrets)
+    return storage_call(create, url, "create", secrets)
+
+
+def _link_exclusively(path: str, content: bytes) -> bool:
+    temporary = f"{path}{_TEMPORARY_MARK}{uuid.uuid4().hex}"
+    with open(temporary, "xb") as handle:
+        handle.write(content)
+    try:
+        os.link(temporary, path)
+    except FileExistsError:
+        return False
+    except OSError as error:
+        if error.errno not in _NO_HARD_LINKS:
+            raise
+        return _open_exclusively(path, content)
+    finally:
+        os.unlink(temporary)
+    return True
+
+
+def _open_exclusively(path: str, content: bytes) -> bool:
+    try:
+        descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        return False
+    with os.fdopen(descriptor, "wb") as handle:
+        handle.write(content)
+    return True
