@@ -3,6 +3,7 @@
 A run takes ``URL/_lock.json`` before it writes anything and gives it up when it ends::
 
     URL/_lock.json                            the holder: run id, host, pid, start time
+    URL/_lock.json.takeover-<run id>.<n>      a run replacing that stale holder (there for a moment)
     URL/_lock.json.tmp-<random>               a local disk's lock content, there for a moment before it
                                               is linked into place
 
@@ -19,8 +20,21 @@ atomic visibility it may be a write in progress. It counts as held until the sto
 says it is older than :data:`UNREADABLE_LOCK_GRACE_SECONDS` (a write of a few hundred bytes is whole long
 before), and on a store that reports no modification time it stays held and the message says to remove it.
 
-A stale lock is removed, then taken as a free one. The run that holds the lock removes old temporary
-files beside it when it releases the lock.
+**A stale lock is replaced conditionally**: of several runs that see the same stale holder, exactly one
+replaces it. Each creates, exclusively, a claim named after the stale holder
+(``_lock.json.takeover-<run id>.0``); the one that created it reads the lock again, and only if the same
+holder (the same bytes) is still there removes it and creates its own lock exclusively, then removes its
+claim. The others wait a moment and look again: they see the new holder, alive, and are refused by name.
+A run that reads the lock after the replacement creates the claim (the winner removed it), reads a holder
+that is not the stale one, and backs off. A claim is itself a small holder: when its run is dead (its pid
+gone on this host, or older than :data:`TAKEOVER_CLAIM_EXPIRY_SECONDS`) the next run claims the next
+generation (``.1``, ``.2``, ...), exclusively again, so a run killed in the middle of a takeover never
+wedges the output. What remains possible: a claimant *alive but stalled* for longer than that bound between
+its second read and its replace (a suspended VM) can replace the lock of the run that broke its claim, and
+a run whose lock expired while it still runs can remove a lock taken after it released its own; both runs
+then believe they hold it, and :meth:`OutputLock.verify` at the commit point lets at most the one whose lock
+is in place publish. The run that holds the lock removes the claims other takeovers left (those naming a
+holder other than itself) and old temporary files when it releases the lock.
 """
 
 from __future__ import annotations
@@ -177,6 +191,51 @@ class OutputLock:
         age_seconds = self._age_seconds(path)
         return age_seconds is not None and age_seconds > UNREADABLE_LOCK_GRACE_SECONDS
 
+    # -- taking over a stale holder ----------------------------------------------------------------
+
+    def _take_over(self, stale: _Seen, content: bytes) -> tuple[str, dict[str, Any]]:
+        """Replace the ``stale`` holder by this run, if no other run does: ``"taken"``, ``"busy"`` (another
+        live run is replacing it; its claim's holder comes with it), ``"gone"`` (it is no longer the holder:
+        look again) or ``"unsupported"`` (the store has no exclusive create)."""
+        claims: list[str] = []
+        generation = 0
+        looks = 0
+        try:
+            while generation < _MAX_CLAIM_GENERATIONS and looks < 4 * _MAX_CLAIM_GENERATIONS:
+                looks += 1
+                claim = f"{self.path}{_CLAIM_MARK}{stale.key}.{generation}"
+                created = _create_exclusively(self.fs, claim, content, self.secrets)
+                if created is None:
+                    return "unsupported", {}
+                if not created:
+                    claimant = self._read(claim)
+                    if claimant is None:
+                        continue  # its run finished with it just now: claim it again
+                    if (claimant.holder or {}).get("run_id") != self.run_id:  # not our own create, retried
+                        if not self._is_stale(claim, claimant, TAKEOVER_CLAIM_EXPIRY_SECONDS):
+                            return "busy", claimant.holder or {}
+                        generation += 1  # its run died: claim the next generation
+                        continue
+                claims.append(claim)
+                # The claim is ours: no other live run replaces this holder until it is removed.
+                current = self._read(self.path)
+                if current is None or current.data != stale.data:
+                    return "gone", {}
+                try:
+                    self.remove()
+                except FileNotFoundError:
+                    pass  # its run removed it itself: the lock is free all the same
+                if not _create_exclusively(self.fs, self.path, content, self.secrets):
+                    return "gone", {}  # a run that found no lock created it first (or our create was retried)
+                return "taken", {}
+            raise ConcurrentRunError(
+                f"{generation} takeovers of the stale lock {self.url} were abandoned; remove "
+                f"{self.url}{_CLAIM_MARK}{stale.key}.* and {self.url} if no chunkline run is writing there"
+            )
+        finally:
+            for claim in claims:
+                self._remove_quietly(claim)
+
     def _remove_quietly(self, path: str) -> None:
         try:
             storage_call(lambda: self.fs.rm(path), storage_url(self.fs, path), "delete", self.secrets)
@@ -305,8 +364,20 @@ def acquire_output_lock(
                 f"writing {output_url}, remove it"
             )
         else:
-            lock.remove()
-            continue
+            outcome, claimant = lock._take_over(seen, content)
+            if outcome == "taken":
+                return lock
+            if outcome == "unsupported":
+                lock.remove()
+                return _write_and_read_back(lock, content)
+            if outcome == "busy":
+                waiting_for = (
+                    f"another chunkline run ({claimant.get('run_id')}, pid {claimant.get('pid')} on "
+                    f"{claimant.get('host')}) is taking over the stale lock {lock.url}; try again, or remove "
+                    f"{lock.url}{_CLAIM_MARK}* if no chunkline run is writing {output_url}"
+                )
+            else:
+                continue  # the holder changed: look again at once
         if time.monotonic() > deadline:
             raise ConcurrentRunError(waiting_for)
         time.sleep(pause_seconds)

@@ -1,5 +1,5 @@
-"""The output lock on a local disk: of several runs that take a new output's lock at once, exactly one holds
-it, every time, and the others are refused by name; a lock that cannot be parsed is held, not taken over.
+"""The output lock on a local disk: of several runs that take it at once — on a new output, or on one whose
+lock a dead or expired run left — exactly one holds it, every time, and the others are refused by name.
 
 The races run in separate processes (each run's pid is its own, as in production) that start every
 attempt together on a barrier.
@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -82,9 +84,105 @@ def _assert_one_holder_each_time(outputs: list[Path], outcomes: dict[int, dict[s
     assert not doubles, f"{len(doubles)} of {len(outputs)} races had no single holder, e.g. {next(iter(doubles.values()))}"
 
 
+def _dead_pid() -> int:
+    """The pid of a process of this host that has exited."""
+    finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
+    return int(finished.stdout)
+
+
 def test_runs_that_take_a_new_outputs_lock_at_the_same_moment_get_it_exactly_once(tmp_path):
     outputs = [tmp_path / f"output-{attempt}" for attempt in range(ATTEMPTS)]
     _assert_one_holder_each_time(outputs, _race_everywhere(outputs))
+
+
+def test_runs_that_take_over_a_stale_lock_at_the_same_moment_get_it_exactly_once(tmp_path):
+    dead_pid = _dead_pid()
+    outputs = []
+    for attempt in range(ATTEMPTS):
+        output = tmp_path / f"output-{attempt}"
+        output.mkdir()
+        stale = {"run_id": f"20261130T000000Z-stale{attempt}", "pid": dead_pid, "started_at": "2026-11-30T00:00:00+00:00"}
+        if attempt % 3 == 0:  # a run killed on this host
+            (output / LOCK_NAME).write_text(json.dumps(stale | {"host": socket.gethostname(), "started_at_epoch": time.time()}))
+        elif attempt % 3 == 1:  # a run of another host, past output.lock_expiry_seconds
+            expired = stale | {"host": "etl-7.example.internal", "started_at_epoch": time.time() - 2 * 86_400}
+            (output / LOCK_NAME).write_text(json.dumps(expired))
+        else:  # a lock a run killed long ago left empty
+            (output / LOCK_NAME).write_bytes(b"")
+            os.utime(output / LOCK_NAME, (time.time() - 3600, time.time() - 3600))
+        outputs.append(output)
+    _assert_one_holder_each_time(outputs, _race_everywhere(outputs))
+
+
+# --------------------------------------------------------------------------------------------------
+# Takeovers that a run left half done
+# --------------------------------------------------------------------------------------------------
+
+STALE_RUN = "20261130T000000Z-killed"
+
+
+def _holder(run_id: str, *, pid: int, host: str | None = None, started_at_epoch: float | None = None) -> str:
+    return json.dumps(
+        {
+            "run_id": run_id,
+            "host": host or socket.gethostname(),
+            "pid": pid,
+            "started_at": "2026-11-30T00:00:00+00:00",
+            "started_at_epoch": time.time() if started_at_epoch is None else started_at_epoch,
+        }
+    )
+
+
+def test_a_run_killed_while_taking_over_a_stale_lock_does_not_wedge_the_output(tmp_path):
+    dead_pid = _dead_pid()
+    (tmp_path / LOCK_NAME).write_text(_holder(STALE_RUN, pid=dead_pid))
+    # A run on this host claimed the takeover, then was killed before it replaced the lock.
+    claim = tmp_path / f"{LOCK_NAME}.takeover-{STALE_RUN}.0"
+    claim.write_text(_holder("20261130T000100Z-claimant", pid=dead_pid))
+    lock = acquire_output_lock(str(tmp_path), "20261201T000000Z-next")
+    assert json.loads((tmp_path / LOCK_NAME).read_text())["run_id"] == "20261201T000000Z-next"
+    # The killed claim stays until the run that holds the lock releases it.
+    assert claim.exists()
+    lock.release()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_takeover_claimed_by_a_run_of_another_host_is_waited_for_then_broken_once_past_its_bound(tmp_path, short_waits):
+    dead_pid = _dead_pid()
+    (tmp_path / LOCK_NAME).write_text(_holder(STALE_RUN, pid=dead_pid))
+    claim = tmp_path / f"{LOCK_NAME}.takeover-{STALE_RUN}.0"
+    claim.write_text(_holder("20261130T000100Z-claimant", pid=4242, host="etl-7.example.internal"))
+    # Its pid cannot be checked from here: a recent claim is a takeover in progress.
+    with pytest.raises(ConcurrentRunError) as refused:
+        acquire_output_lock(str(tmp_path), "20261201T000000Z-next")
+    assert str(refused.value) == (
+        f"another chunkline run (20261130T000100Z-claimant, pid 4242 on etl-7.example.internal) is taking over "
+        f"the stale lock file://{tmp_path}/{LOCK_NAME}; try again, or remove file://{tmp_path}/{LOCK_NAME}.takeover-* "
+        f"if no chunkline run is writing {tmp_path}"
+    )
+    assert json.loads((tmp_path / LOCK_NAME).read_text())["run_id"] == STALE_RUN
+    # Once the claim is older than its bound, the next generation is claimed and the lock taken over.
+    claim.write_text(
+        _holder("20261130T000100Z-claimant", pid=4242, host="etl-7.example.internal", started_at_epoch=time.time() - 3600)
+    )
+    lock = acquire_output_lock(str(tmp_path), "20261201T000000Z-next")
+    assert json.loads((tmp_path / LOCK_NAME).read_text())["run_id"] == "20261201T000000Z-next"
+    lock.release()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_releasing_the_lock_keeps_the_claim_of_a_run_taking_this_one_over(tmp_path):
+    lock = acquire_output_lock(str(tmp_path), "20261201T000000Z-long")
+    leftovers = {
+        f"{LOCK_NAME}.takeover-20261130T000000Z-earlier.0": _holder("20261130T000100Z-a", pid=_dead_pid()),
+        f"{LOCK_NAME}.takeover-sha256-0123456789abcdef.3": _holder("20261130T000100Z-b", pid=_dead_pid()),
+        # Another run decided this one is stale (past output.lock_expiry_seconds) and is replacing it.
+        f"{LOCK_NAME}.takeover-20261201T000000Z-long.0": _holder("20261202T000000Z-c", pid=os.getpid()),
+    }
+    for name, content in leftovers.items():
+        (tmp_path / name).write_text(content)
+    lock.release()
+    assert sorted(path.name for path in tmp_path.iterdir()) == [f"{LOCK_NAME}.takeover-20261201T000000Z-long.0"]
 
 
 # --------------------------------------------------------------------------------------------------
