@@ -147,7 +147,7 @@ class OutputLock:
             )
 
     def remove(self) -> None:
-        storage_call(lambda: self.fs.rm(self.path), self.url, "delete", self.secrets)
+        storage_call(lambda: self.fs.rm_file(self.path), self.url, "delete", self.secrets)
 
     def release(self) -> None:
         """Remove what other takeovers left beside the lock, then the lock if this run holds it. A failure is
@@ -238,7 +238,7 @@ class OutputLock:
 
     def _remove_quietly(self, path: str) -> None:
         try:
-            storage_call(lambda: self.fs.rm(path), storage_url(self.fs, path), "delete", self.secrets)
+            storage_call(lambda: self.fs.rm_file(path), storage_url(self.fs, path), "delete", self.secrets)
         except FileNotFoundError:
             pass
         except Exception as error:  # a claim left behind is broken once its run is gone
