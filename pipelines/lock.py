@@ -24,17 +24,18 @@ before), and on a store that reports no modification time it stays held and the 
 replaces it. Each creates, exclusively, a claim named after the stale holder
 (``_lock.json.takeover-<run id>.0``); the one that created it reads the lock again, and only if the same
 holder (the same bytes) is still there removes it and creates its own lock exclusively, then removes its
-claim. The others wait a moment and look again: they see the new holder, alive, and are refused by name.
-A run that reads the lock after the replacement creates the claim (the winner removed it), reads a holder
-that is not the stale one, and backs off. A claim is itself a small holder: when its run is dead (its pid
-gone on this host, or older than :data:`TAKEOVER_CLAIM_EXPIRY_SECONDS`) the next run claims the next
-generation (``.1``, ``.2``, ...), exclusively again, so a run killed in the middle of a takeover never
-wedges the output. What remains possible: a claimant *alive but stalled* for longer than that bound between
-its second read and its replace (a suspended VM) can replace the lock of the run that broke its claim, and
-a run whose lock expired while it still runs can remove a lock taken after it released its own; both runs
-then believe they hold it, and :meth:`OutputLock.verify` at the commit point lets at most the one whose lock
-is in place publish. The run that holds the lock removes the claims other takeovers left (those naming a
-holder other than itself) and old temporary files when it releases the lock.
+claim. The others wait a moment and look again: they see the new holder, alive, and are refused by name. A run
+that reads the lock after the replacement creates the claim (the winner removed it), reads a holder that is
+not the stale one, and backs off. A claim is itself a small holder: when its run is dead (its pid gone on this
+host, or older than :data:`TAKEOVER_CLAIM_EXPIRY_SECONDS` by the clocks of the hosts, which must agree to well
+within that bound) the next run claims the next generation (``.1``, ``.2``, ...), exclusively again, so a run
+killed in the middle of a takeover never wedges the output. What remains possible: a claimant *alive but
+stalled* for longer than that bound between its second read and its replace (a suspended VM) can replace the
+lock of the run that broke its claim, and when a run whose lock expired is still running, its release can fall
+between a claimant's second read and its replace, and the claimant then removes the lock a third run took in
+between; in both cases two runs believe they hold it, and :meth:`OutputLock.verify` at the commit point lets
+at most the one whose lock is in place publish. The run that holds the lock removes the claims other takeovers
+left (those naming a holder other than itself) and old temporary files when it releases the lock.
 """
 
 from __future__ import annotations
@@ -56,7 +57,13 @@ from typing import Any
 from fsspec.core import url_to_fs
 from fsspec.implementations.local import LocalFileSystem
 
-from chunkline.pipelines.files import make_parent_folder, scrub_secrets, storage_call, storage_url, write_file_atomically
+from chunkline.pipelines.files import (
+    make_parent_folder,
+    scrub_secrets,
+    storage_call,
+    storage_url,
+    write_file_atomically,
+)
 
 __all__ = [
     "LOCK_NAME",
@@ -85,7 +92,9 @@ _TEMPORARY_MARK = ".tmp-"
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 # Errors of ``os.link`` on filesystems without hard links (FAT, some network shares).
 _NO_HARD_LINKS = frozenset(
-    getattr(errno, name) for name in ("EPERM", "ENOTSUP", "EOPNOTSUPP", "ENOSYS", "EMLINK") if hasattr(errno, name)
+    getattr(errno, name)
+    for name in ("EPERM", "ENOTSUP", "EOPNOTSUPP", "ENOSYS", "EMLINK")
+    if hasattr(errno, name)
 )
 
 
@@ -170,7 +179,8 @@ class OutputLock:
 
     def _read(self, path: str) -> _Seen | None:
         try:
-            data = storage_call(lambda: self.fs.cat_file(path), storage_url(self.fs, path), "read", self.secrets)
+            url = storage_url(self.fs, path)
+            data = storage_call(lambda: self.fs.cat_file(path), url, "read", self.secrets)
         except FileNotFoundError:
             return None
         return _parse(data)
@@ -179,7 +189,8 @@ class OutputLock:
         """How long ago the store last modified ``path`` (None: it cannot say, or ``path`` is gone)."""
         try:
             self.fs.invalidate_cache(posixpath.dirname(path))
-            info = storage_call(lambda: self.fs.info(path), storage_url(self.fs, path), "look up", self.secrets)
+            url = storage_url(self.fs, path)
+            info = storage_call(lambda: self.fs.info(path), url, "look up", self.secrets)
         except FileNotFoundError:
             return None
         modified = _modified_epoch(info)
@@ -254,7 +265,8 @@ class OutputLock:
         folder = posixpath.dirname(self.path)
         self.fs.invalidate_cache(folder)
         try:
-            names = storage_call(lambda: self.fs.ls(folder, detail=False), storage_url(self.fs, folder), "list", self.secrets)
+            url = storage_url(self.fs, folder)
+            names = storage_call(lambda: self.fs.ls(folder, detail=False), url, "list", self.secrets)
         except FileNotFoundError:
             return
         for name in names:
@@ -339,8 +351,9 @@ def acquire_output_lock(
     ).encode()
     deadline = time.monotonic() + _BUSY_WAIT_SECONDS
     pause_seconds = 0.01
-    waiting_for = ""
     while True:
+        # Why this run would give up if the time runs out now.
+        waiting_for = f"another chunkline run took the lock on {output_url} as this one tried to; try again"
         seen = lock._read(lock.path)
         if seen is None:
             created = _create_exclusively(fs, lock.path, content, secrets)
@@ -348,6 +361,8 @@ def acquire_output_lock(
                 return _write_and_read_back(lock, content)
             if created:
                 return lock
+            if time.monotonic() > deadline:
+                raise ConcurrentRunError(waiting_for)
             continue  # another run created it between our look and our create: look again
         holder = seen.holder
         if holder is not None and holder.get("run_id") == run_id:
@@ -356,8 +371,8 @@ def acquire_output_lock(
             if holder is not None:
                 raise ConcurrentRunError(
                     f"another chunkline run ({holder.get('run_id')}, pid {holder.get('pid')} on "
-                    f"{holder.get('host')}, started {holder.get('started_at')}) is writing {output_url}; wait "
-                    f"for it to finish, or remove {lock.url} if that run is no longer alive"
+                    f"{holder.get('host')}, started {holder.get('started_at')}) is writing {output_url}; "
+                    f"wait for it to finish, or remove {lock.url} if that run is no longer alive"
                 )
             waiting_for = (
                 f"the lock {lock.url} cannot be read (a run may be writing it); if no chunkline run is "
@@ -368,7 +383,10 @@ def acquire_output_lock(
             if outcome == "taken":
                 return lock
             if outcome == "unsupported":
-                lock.remove()
+                try:
+                    lock.remove()
+                except FileNotFoundError:
+                    pass
                 return _write_and_read_back(lock, content)
             if outcome == "busy":
                 waiting_for = (
@@ -376,7 +394,7 @@ def acquire_output_lock(
                     f"{claimant.get('host')}) is taking over the stale lock {lock.url}; try again, or remove "
                     f"{lock.url}{_CLAIM_MARK}* if no chunkline run is writing {output_url}"
                 )
-            else:
+            elif time.monotonic() <= deadline:
                 continue  # the holder changed: look again at once
         if time.monotonic() > deadline:
             raise ConcurrentRunError(waiting_for)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -81,12 +82,14 @@ def _assert_one_holder_each_time(outputs: list[Path], outcomes: dict[int, dict[s
                 assert f"another chunkline run ({winner}, pid " in outcome, (attempt, by_run)
         # Nothing of the race is left beside the lock: no takeover claim, no temporary file.
         assert sorted(path.name for path in output.iterdir()) == [LOCK_NAME], (attempt, by_run)
-    assert not doubles, f"{len(doubles)} of {len(outputs)} races had no single holder, e.g. {next(iter(doubles.values()))}"
+    example = next(iter(doubles.values()), None)
+    assert not doubles, f"{len(doubles)} of {len(outputs)} races had no single holder, e.g. {example}"
 
 
 def _dead_pid() -> int:
     """The pid of a process of this host that has exited."""
-    finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
+    command = [sys.executable, "-c", "import os; print(os.getpid())"]
+    finished = subprocess.run(command, capture_output=True, text=True, check=True)
     return int(finished.stdout)
 
 
@@ -101,9 +104,10 @@ def test_runs_that_take_over_a_stale_lock_at_the_same_moment_get_it_exactly_once
     for attempt in range(ATTEMPTS):
         output = tmp_path / f"output-{attempt}"
         output.mkdir()
-        stale = {"run_id": f"20261130T000000Z-stale{attempt}", "pid": dead_pid, "started_at": "2026-11-30T00:00:00+00:00"}
+        stale = {"run_id": f"20261130T000000Z-stale{attempt}", "pid": dead_pid, "started_at": "2026-11-30"}
         if attempt % 3 == 0:  # a run killed on this host
-            (output / LOCK_NAME).write_text(json.dumps(stale | {"host": socket.gethostname(), "started_at_epoch": time.time()}))
+            killed = stale | {"host": socket.gethostname(), "started_at_epoch": time.time()}
+            (output / LOCK_NAME).write_text(json.dumps(killed))
         elif attempt % 3 == 1:  # a run of another host, past output.lock_expiry_seconds
             expired = stale | {"host": "etl-7.example.internal", "started_at_epoch": time.time() - 2 * 86_400}
             (output / LOCK_NAME).write_text(json.dumps(expired))
@@ -119,6 +123,7 @@ def test_runs_that_take_over_a_stale_lock_at_the_same_moment_get_it_exactly_once
 # --------------------------------------------------------------------------------------------------
 
 STALE_RUN = "20261130T000000Z-killed"
+OTHER_HOST = "etl-7.example.internal"
 
 
 def _holder(run_id: str, *, pid: int, host: str | None = None, started_at_epoch: float | None = None) -> str:
@@ -147,24 +152,24 @@ def test_a_run_killed_while_taking_over_a_stale_lock_does_not_wedge_the_output(t
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_takeover_claimed_by_a_run_of_another_host_is_waited_for_then_broken_once_past_its_bound(tmp_path, short_waits):
+def test_a_takeover_claimed_by_another_host_is_waited_for_then_broken_past_its_bound(tmp_path, short_waits):
     dead_pid = _dead_pid()
     (tmp_path / LOCK_NAME).write_text(_holder(STALE_RUN, pid=dead_pid))
     claim = tmp_path / f"{LOCK_NAME}.takeover-{STALE_RUN}.0"
-    claim.write_text(_holder("20261130T000100Z-claimant", pid=4242, host="etl-7.example.internal"))
+    claim.write_text(_holder("20261130T000100Z-claimant", pid=4242, host=OTHER_HOST))
     # Its pid cannot be checked from here: a recent claim is a takeover in progress.
     with pytest.raises(ConcurrentRunError) as refused:
         acquire_output_lock(str(tmp_path), "20261201T000000Z-next")
+    lock_url = f"file://{tmp_path}/{LOCK_NAME}"
     assert str(refused.value) == (
-        f"another chunkline run (20261130T000100Z-claimant, pid 4242 on etl-7.example.internal) is taking over "
-        f"the stale lock file://{tmp_path}/{LOCK_NAME}; try again, or remove file://{tmp_path}/{LOCK_NAME}.takeover-* "
-        f"if no chunkline run is writing {tmp_path}"
+        f"another chunkline run (20261130T000100Z-claimant, pid 4242 on etl-7.example.internal) is taking "
+        f"over the stale lock {lock_url}; try again, or remove {lock_url}.takeover-* if no chunkline run is "
+        f"writing {tmp_path}"
     )
     assert json.loads((tmp_path / LOCK_NAME).read_text())["run_id"] == STALE_RUN
     # Once the claim is older than its bound, the next generation is claimed and the lock taken over.
-    claim.write_text(
-        _holder("20261130T000100Z-claimant", pid=4242, host="etl-7.example.internal", started_at_epoch=time.time() - 3600)
-    )
+    an_hour_ago = time.time() - 3600
+    claim.write_text(_holder("20261130T000100Z-claimant", pid=4242, host=OTHER_HOST, started_at_epoch=an_hour_ago))
     lock = acquire_output_lock(str(tmp_path), "20261201T000000Z-next")
     assert json.loads((tmp_path / LOCK_NAME).read_text())["run_id"] == "20261201T000000Z-next"
     lock.release()
@@ -182,7 +187,8 @@ def test_releasing_the_lock_keeps_the_claim_of_a_run_taking_this_one_over(tmp_pa
     for name, content in leftovers.items():
         (tmp_path / name).write_text(content)
     lock.release()
-    assert sorted(path.name for path in tmp_path.iterdir()) == [f"{LOCK_NAME}.takeover-20261201T000000Z-long.0"]
+    kept = [f"{LOCK_NAME}.takeover-20261201T000000Z-long.0"]
+    assert sorted(path.name for path in tmp_path.iterdir()) == kept
 
 
 # --------------------------------------------------------------------------------------------------
@@ -246,3 +252,24 @@ def test_a_lock_that_cannot_be_parsed_is_taken_over_once_older_than_the_grace_pe
     assert json.loads(lock_path.read_text())["run_id"] == "20261201T000000Z-next"
     lock.release()
     assert list(tmp_path.iterdir()) == []
+
+
+lock_contents = st.one_of(
+    st.binary(max_size=200),
+    st.text(max_size=80).map(lambda run_id: json.dumps({"run_id": run_id, "pid": 1}).encode()),
+    st.from_regex(r"[0-9]{8}T[0-9]{6}\.[0-9]{6}Z-[0-9a-f]{6}", fullmatch=True).map(
+        lambda run_id: json.dumps({"run_id": run_id}).encode()
+    ),
+)
+
+
+@given(lock_contents)
+def test_a_takeover_claim_is_named_by_one_plain_file_name_whatever_the_lock_holds(data):
+    from chunkline.pipelines.lock import _parse
+
+    seen = _parse(data)
+    # A name of one path component on every store: no separator, no "..", nothing a URL would escape.
+    assert re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", seen.key), seen.key
+    run_id = (seen.holder or {}).get("run_id")
+    if isinstance(run_id, str) and re.fullmatch(r"[0-9]{8}T[0-9]{6}\.[0-9]{6}Z-[0-9a-f]{6}", run_id):
+        assert seen.key == run_id  # chunkline's own run ids name their claims as they are

@@ -18,7 +18,12 @@ import time
 
 import pytest
 
-from chunkline.pipelines.publish import LOCK_NAME, ConcurrentRunError, _create_exclusively, acquire_output_lock
+from chunkline.pipelines.publish import (
+    LOCK_NAME,
+    ConcurrentRunError,
+    _create_exclusively,
+    acquire_output_lock,
+)
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -70,8 +75,16 @@ def _assert_one_holder_each_time(store, prefixes: list[str], outcomes: dict[int,
             if run_id != winner:
                 assert f"another chunkline run ({winner}, pid " in outcome, (attempt, by_run)
         # Nothing of the race is left beside the lock: no takeover claim.
-        assert [name for name in objects if name.startswith(prefix)] == [f"{prefix}{LOCK_NAME}"], (attempt, by_run)
-    assert not doubles, f"{len(doubles)} of {len(prefixes)} races had no single holder, e.g. {next(iter(doubles.values()))}"
+        left = [name for name in objects if name.startswith(prefix)]
+        assert left == [f"{prefix}{LOCK_NAME}"], (attempt, by_run)
+    example = next(iter(doubles.values()), None)
+    assert not doubles, f"{len(doubles)} of {len(prefixes)} races had no single holder, e.g. {example}"
+
+
+def _dead_pid() -> int:
+    """The pid of a process of this host that has exited."""
+    command = [sys.executable, "-c", "import os; print(os.getpid())"]
+    return int(subprocess.run(command, capture_output=True, text=True, check=True).stdout)
 
 
 @pytest.mark.parametrize("store_fixture", STORES)
@@ -84,12 +97,11 @@ def test_runs_that_take_a_new_outputs_lock_at_the_same_moment_get_it_exactly_onc
 @pytest.mark.parametrize("store_fixture", STORES)
 def test_runs_that_take_over_a_stale_lock_at_the_same_moment_get_it_exactly_once(store_fixture, request):
     store = request.getfixturevalue(store_fixture)
-    finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
-    dead_pid = int(finished.stdout)
+    dead_pid = _dead_pid()
     prefixes = [f"stale-{attempt}/" for attempt in range(ATTEMPTS)]
     stale_locks = {}
     for attempt, prefix in enumerate(prefixes):
-        stale = {"run_id": f"20261130T000000Z-stale{attempt}", "pid": dead_pid, "started_at": "2026-11-30T00:00:00+00:00"}
+        stale = {"run_id": f"20261130T000000Z-stale{attempt}", "pid": dead_pid, "started_at": "2026-11-30"}
         if attempt % 2 == 0:  # a run killed on this host
             stale |= {"host": socket.gethostname(), "started_at_epoch": time.time()}
         else:  # a run of another host, past output.lock_expiry_seconds
@@ -114,14 +126,13 @@ def test_the_lock_is_created_with_a_conditional_write(store_fixture, request):
 @pytest.mark.parametrize("store_fixture", STORES)
 def test_a_run_killed_while_taking_over_a_stale_lock_does_not_wedge_the_output(store_fixture, request):
     store = request.getfixturevalue(store_fixture)
-    finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
-    dead = {"host": socket.gethostname(), "pid": int(finished.stdout), "started_at": "2026-11-30T00:00:00+00:00"}
+    dead = {"host": socket.gethostname(), "pid": _dead_pid(), "started_at_epoch": time.time()}
     stale = "20261130T000000Z-killed"
     store.put(
         {
-            LOCK_NAME: json.dumps(dead | {"run_id": stale, "started_at_epoch": time.time()}).encode(),
+            LOCK_NAME: json.dumps(dead | {"run_id": stale}).encode(),
             # The run that claimed the takeover was killed before it replaced the lock.
-            f"{LOCK_NAME}.takeover-{stale}.0": json.dumps(dead | {"run_id": "claimant", "started_at_epoch": time.time()}).encode(),
+            f"{LOCK_NAME}.takeover-{stale}.0": json.dumps(dead | {"run_id": "claimant"}).encode(),
         },
         "wedged",
     )
