@@ -28,7 +28,7 @@ pytestmark = pytest.mark.timeout(120)
 
 #: Racing processes per attempt, and attempts per kind of race.
 RACERS = 4
-ATTEMPTS = 200
+ATTEMPTS = 1000
 
 
 def _race(racer: int, outputs: list[str], start, results) -> None:
