@@ -18,7 +18,9 @@ import tempfile
 import time
 from pathlib import Path
 
+import fsspec
 import pytest
+from fsspec.implementations.memory import MemoryFileSystem
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -273,3 +275,47 @@ def test_a_takeover_claim_is_named_by_one_plain_file_name_whatever_the_lock_hold
     run_id = (seen.holder or {}).get("run_id")
     if isinstance(run_id, str) and re.fullmatch(r"[0-9]{8}T[0-9]{6}\.[0-9]{6}Z-[0-9a-f]{6}", run_id):
         assert seen.key == run_id  # chunkline's own run ids name their claims as they are
+
+
+# --------------------------------------------------------------------------------------------------
+# A store with no exclusive create
+# --------------------------------------------------------------------------------------------------
+
+
+class _NoExclusiveCreate(MemoryFileSystem):
+    """A store that can only overwrite (as some fsspec filesystems can): mode ``xb`` is refused."""
+
+    protocol = "noexclusive"
+    store: dict = {}
+    pseudo_dirs = [""]
+
+    @classmethod
+    def _strip_protocol(cls, path):
+        return super()._strip_protocol(path.removeprefix(f"{cls.protocol}://"))
+
+    def _open(self, path, mode="rb", **kwargs):
+        if "x" in mode:
+            raise ValueError(f"mode {mode!r} is not supported")
+        return super()._open(path, mode, **kwargs)
+
+
+@pytest.fixture
+def no_exclusive_store():
+    fsspec.register_implementation(_NoExclusiveCreate.protocol, _NoExclusiveCreate, clobber=True)
+    _NoExclusiveCreate.store.clear()
+    yield _NoExclusiveCreate()
+    _NoExclusiveCreate.store.clear()
+
+
+def test_a_store_without_exclusive_create_takes_the_lock_by_writing_and_reading_it_back(no_exclusive_store):
+    lock = acquire_output_lock("noexclusive://out", "20261201T000000Z-first")
+    assert json.loads(no_exclusive_store.cat_file("/out/_lock.json"))["run_id"] == "20261201T000000Z-first"
+    with pytest.raises(ConcurrentRunError, match=r"another chunkline run \(20261201T000000Z-first, pid \d+ on "):
+        acquire_output_lock("noexclusive://out", "20261201T000000Z-second")
+    lock.release()
+    assert not no_exclusive_store.exists("/out/_lock.json")
+    # A dead run's lock is replaced there too (with no claim: the store could not make one exclusively).
+    no_exclusive_store.pipe_file("/out/_lock.json", _holder(STALE_RUN, pid=_dead_pid()).encode())
+    lock = acquire_output_lock("noexclusive://out", "20261201T000000Z-third")
+    assert json.loads(no_exclusive_store.cat_file("/out/_lock.json"))["run_id"] == "20261201T000000Z-third"
+    assert no_exclusive_store.ls("/out", detail=False) == ["/out/_lock.json"]
