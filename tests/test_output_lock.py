@@ -319,3 +319,9 @@ def test_a_store_without_exclusive_create_takes_the_lock_by_writing_and_reading_
     lock = acquire_output_lock("noexclusive://out", "20261201T000000Z-third")
     assert json.loads(no_exclusive_store.cat_file("/out/_lock.json"))["run_id"] == "20261201T000000Z-third"
     assert no_exclusive_store.ls("/out", detail=False) == ["/out/_lock.json"]
+
+
+def test_the_lock_imports_no_beam():
+    check = "import sys, chunkline.pipelines.lock, chunkline.pipelines.publish; print('apache_beam' in sys.modules)"
+    finished = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=True)
+    assert finished.stdout.strip() == "False"
