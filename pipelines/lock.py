@@ -165,7 +165,15 @@ class OutputLock:
         try:
             holder = self.holder()
             if holder is not None and holder.get("run_id") == self.run_id:
-                self._remove_leftovers()
+                try:
+                    self._remove_leftovers()
+                except Exception as error:  # leftovers wait for the next run; the lock must still go
+                    logger.warning(
+                        "chunkline: could not remove leftover takeover claims beside %s (%s); the next run "
+                        "that holds the lock removes them",
+                        self.url,
+                        scrub_secrets(str(error), self.secrets),
+                    )
                 self.remove()
         except Exception as error:
             logger.warning(

@@ -325,3 +325,17 @@ def test_the_lock_imports_no_beam():
     check = "import sys, chunkline.pipelines.lock, chunkline.pipelines.publish; print('apache_beam' in sys.modules)"
     finished = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=True)
     assert finished.stdout.strip() == "False"
+
+
+def test_a_lock_is_released_even_when_its_folder_cannot_be_listed_for_leftover_claims(tmp_path, monkeypatch, caplog):
+    from fsspec.implementations.local import LocalFileSystem
+
+    lock = acquire_output_lock(str(tmp_path), "20261201T000000Z-first")
+
+    def refuse(self, path, *args, **kwargs):
+        raise PermissionError(f"listing {path} is not allowed")
+
+    monkeypatch.setattr(LocalFileSystem, "ls", refuse)
+    lock.release()
+    assert not (tmp_path / LOCK_NAME).exists()
+    assert f"could not remove leftover takeover claims beside file://{tmp_path}/{LOCK_NAME}" in caplog.text
