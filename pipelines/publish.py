@@ -22,10 +22,10 @@ that publishes removes what it left. :func:`read_dataset` (like ``chunkline insp
 parts the pointer names; to glob with another reader, glob one snapshot's folder
 (:func:`dataset_files` lists its parts).
 
-Only one run may write an output at a time: :func:`acquire_output_lock` takes ``_lock.json``, created
-exclusively (``O_EXCL`` on a local disk, a conditional write on S3 and Azure; written and read back on
-stores with neither), and refuses with a clear message while another live run holds it. A lock left by a killed run on this machine, or older than ``output.lock_expiry_seconds``,
-is taken over.
+Only one run may write an output at a time: :func:`acquire_output_lock` (from
+:mod:`chunkline.pipelines.lock`) takes ``_lock.json`` in one exclusive create that carries its content,
+refuses with a clear message while another live run holds it, and lets exactly one of the runs that find a
+dead run's lock replace it.
 """
 
 from __future__ import annotations
@@ -33,9 +33,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import posixpath
-import socket
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -44,19 +42,25 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 from fsspec.core import url_to_fs
-from fsspec.implementations.local import LocalFileSystem
 
 from chunkline.schemas import SCHEMA_VERSION, TABLE_SCHEMAS
 from chunkline.pipelines.config import storage_secrets
 from chunkline.pipelines.files import (
     list_files,
-    make_parent_folder,
     parquet_bytes,
     read_parquet_bytes,
     storage_call,
     scrub_secrets,
     storage_url,
     write_file_atomically,
+)
+from chunkline.pipelines.lock import (  # re-exported: the lock is part of this module's interface
+    LOCK_NAME,
+    ConcurrentRunError,
+    OutputLock,
+    _create_exclusively,
+    _lock_is_stale,
+    acquire_output_lock,
 )
 
 __all__ = [
@@ -86,7 +90,6 @@ MANIFEST_NAME = "_manifest.json"
 SUCCESS_NAME = "_SUCCESS"
 STAGING_FOLDER = "_staging"
 SNAPSHOTS_FOLDER = "snapshots"
-LOCK_NAME = "_lock.json"
 DATASET_FORMAT = "chunkline-dataset"
 # Tables of the layout before snapshots, removed from an output's top level once it has a snapshot.
 _TOP_LEVEL_TABLES = ("chunks", "documents", "errors")
@@ -94,10 +97,6 @@ _TOP_LEVEL_TABLES = ("chunks", "documents", "errors")
 
 class DatasetNotFoundError(FileNotFoundError):
     """There is no published chunkline dataset (or no such snapshot) at the URL."""
-
-
-class ConcurrentRunError(RuntimeError):
-    """Another run is writing the same output."""
 
 
 @dataclass(frozen=True)
@@ -127,154 +126,6 @@ def _empty_part(table: str) -> tuple[str, bytes]:
     schema = TABLE_SCHEMAS[table][0]
     data = parquet_bytes(schema.empty_table(), 1, "zstd")
     return f"part-00000-{hashlib.sha256(data).hexdigest()[:16]}.parquet", data
-
-
-# ---------------------------------------------------------------------------------------------- lock
-
-
-@dataclass
-class OutputLock:
-    """The lock a run holds on its output while it writes it."""
-
-    fs: Any
-    path: str
-    run_id: str
-    secrets: tuple[str, ...] = ()
-
-    @property
-    def url(self) -> str:
-        return storage_url(self.fs, self.path)
-
-    def holder(self) -> dict[str, Any] | None:
-        """Who holds the lock (None: nobody; ``{}``: a lock a killed run left half-written)."""
-        try:
-            data = storage_call(lambda: self.fs.cat_file(self.path), self.url, "read", self.secrets)
-        except FileNotFoundError:
-            return None
-        try:
-            return json.loads(data)
-        except ValueError:
-            return {}
-
-    def verify(self) -> None:
-        """Raise :class:`ConcurrentRunError` unless this run still holds the lock."""
-        holder = self.holder()
-        if not holder or holder.get("run_id") != self.run_id:
-            raise ConcurrentRunError(
-                f"run {self.run_id} lost the lock on {self.url} to "
-                f"{(holder or {}).get('run_id', 'nobody')}; it publishes nothing"
-            )
-
-    def remove(self) -> None:
-        storage_call(lambda: self.fs.rm(self.path), self.url, "delete", self.secrets)
-
-    def release(self) -> None:
-        """Remove the lock if this run holds it. A failure is logged, never raised: it must not hide the
-        run's own outcome, and the lock is taken over once it expires."""
-        try:
-            holder = self.holder()
-            if holder is not None and holder.get("run_id") == self.run_id:
-                self.remove()
-        except Exception as error:
-            logger.warning(
-                "chunkline: could not remove the lock %s (%s); remove it by hand, or runs from other hosts "
-                "wait for output.lock_expiry_seconds",
-                self.url,
-                scrub_secrets(str(error), self.secrets),
-            )
-
-
-def _lock_is_stale(holder: dict[str, Any], expiry_seconds: float) -> bool:
-    if not holder:
-        return True
-    started = holder.get("started_at_epoch", 0)
-    if time.time() - float(started) > expiry_seconds:
-        return True
-    if holder.get("host") == socket.gethostname():
-        try:
-            os.kill(int(holder.get("pid", 0)), 0)
-        except ProcessLookupError:
-            return True
-        except (PermissionError, ValueError, OSError):
-            return False
-    return False
-
-
-def acquire_output_lock(
-    output_url: str,
-    run_id: str,
-    storage_options: dict[str, Any] | None = None,
-    *,
-    expiry_seconds: float = 86_400,
-    secrets: tuple[str, ...] = (),
-) -> OutputLock:
-    """Take the output's ``_lock.json`` for ``run_id``, or raise :class:`ConcurrentRunError` naming the run
-    that holds it. Storage calls are retried; a permanent failure (no such bucket, access denied) raises a
-    :class:`StorageError` naming the lock's URL before anything is written."""
-    fs, root = url_to_fs(output_url, **(storage_options or {}))
-    root = root.rstrip("/")
-    lock = OutputLock(fs, _join(root, LOCK_NAME), run_id, secrets)
-    content = json.dumps(
-        {
-            "run_id": run_id,
-            "host": socket.gethostname(),
-            "pid": os.getpid(),
-            "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "started_at_epoch": time.time(),
-        },
-        sort_keys=True,
-    ).encode()
-    for _attempt in range(3):
-        holder = lock.holder()
-        if holder is not None:
-            if holder.get("run_id") == run_id:
-                return lock  # our own create, whose answer was lost and retried
-            if not _lock_is_stale(holder, expiry_seconds):
-                raise ConcurrentRunError(
-                    f"another chunkline run ({holder.get('run_id')}, pid {holder.get('pid')} on "
-                    f"{holder.get('host')}, started {holder.get('started_at')}) is writing {output_url}; wait "
-                    f"for it to finish, or remove {lock.url} if that run is no longer alive"
-                )
-            lock.remove()
-        created = _create_exclusively(fs, lock.path, content, secrets)
-        if created is None:
-            # A store with no exclusive create: the last writer wins, and the loser sees it when it reads back.
-            write_file_atomically(fs, lock.path, content, secrets=secrets)
-            time.sleep(0.05)
-            lock.verify()
-            return lock
-        if created:
-            return lock
-        # Another run created it between our look and our create: look again.
-    raise ConcurrentRunError(f"another chunkline run took the lock on {output_url} as this one tried to; try again")
-
-
-def _create_exclusively(fs, path: str, content: bytes, secrets: tuple[str, ...]) -> bool | None:
-    """Create ``path`` holding ``content`` only if it does not exist: True if created, False if it existed,
-    None if the filesystem cannot create exclusively. A local disk creates with ``O_EXCL``; s3fs and adlfs
-    open mode ``xb`` as a conditional write (``If-None-Match: *``)."""
-    if isinstance(fs, LocalFileSystem):
-        make_parent_folder(fs, path, secrets=secrets)
-        try:
-            descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            return False
-        with os.fdopen(descriptor, "wb") as handle:
-            handle.write(content)
-        return True
-
-    def create() -> bool | None:
-        try:
-            with fs.open(path, "xb") as handle:
-                handle.write(content)
-        except FileExistsError:
-            return False
-        except (ValueError, NotImplementedError):  # no mode "xb" on this filesystem
-            return None
-        return True
-
-    # Any other failure (no such bucket, access denied) ends the run with an error naming the lock's URL.
-    return storage_call(create, storage_url(fs, path), "create", secrets)
 
 
 # ------------------------------------------------------------------------------------------ publish
