@@ -54,7 +54,8 @@ def _run(corpus: Path, output: Path, *overrides: str):
 def _edit(corpus: Path) -> None:
     """1% of the documents (at least one) get a paragraph appended; one is added and one deleted."""
     documents = sorted(path for path in corpus.rglob("*") if path.suffix in (".md", ".markdown") and path.is_file())
-    for path in documents[:: max(1, len(documents) // max(1, len(documents) // 100))][: max(1, len(documents) // 100)]:
+    edited = max(1, len(documents) // 100)
+    for path in documents[:: max(1, len(documents) // edited)][:edited]:
         path.write_bytes(path.read_bytes() + b"\n\nA paragraph appended between the two snapshots.\n")
     (corpus / "added-between-snapshots.md").write_bytes(b"# Added\n\nA document the older snapshot does not have.\n")
     documents[-1].unlink()
@@ -111,8 +112,10 @@ def main(argv: list[str] | None = None) -> int:
             except Exception as error:
                 seconds = time.perf_counter() - started
                 after = (output / "_manifest.json").read_bytes() if (output / "_manifest.json").exists() else None
-                unchanged = after == root_before
-                outcome = f"refused: {_one_line(error)}" if unchanged else f"WRONG: failed and changed the root manifest ({_one_line(error)})"
+                if after == root_before:
+                    outcome = f"refused: {_one_line(error)}"
+                else:
+                    outcome = f"WRONG: failed and changed the root manifest ({_one_line(error)})"
             else:
                 seconds = time.perf_counter() - started
                 try:

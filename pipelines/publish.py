@@ -71,6 +71,7 @@ from chunkline.pipelines.files import (
 __all__ = [
     "LOCK_NAME",
     "MANIFEST_NAME",
+    "PART_NAME",
     "SNAPSHOTS_FOLDER",
     "STAGING_FOLDER",
     "SUCCESS_NAME",
@@ -79,21 +80,20 @@ __all__ = [
     "DatasetNotFoundError",
     "OutputLock",
     "OutputState",
-    "PART_NAME",
     "PublishedDataset",
     "acquire_output_lock",
     "dataset_files",
     "discard_run",
     "list_snapshots",
     "manifest_problem",
-    "verify_output",
-    "verify_part",
-    "verify_snapshot",
     "publish_run",
     "read_dataset",
     "read_manifest",
     "snapshot_url",
     "staging_url",
+    "verify_output",
+    "verify_part",
+    "verify_snapshot",
 ]
 
 logger = logging.getLogger("chunkline")
@@ -386,7 +386,7 @@ def _kept_snapshots(fs, root: str, secrets: tuple[str, ...]) -> list[str]:
         return []
     try:
         manifest = json.loads(data)
-    except ValueError:
+    except (ValueError, RecursionError):
         return []
     if manifest_problem(manifest) is not None:
         return []
@@ -453,6 +453,12 @@ def verify_part(url: str, data: bytes) -> None:
         )
 
 
+def _shown(value: Any, limit: int = 200) -> str:
+    """``value`` as it may appear in a one-line message: its repr (newlines escaped), cut at ``limit``."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _is_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
@@ -467,19 +473,20 @@ def manifest_problem(manifest: Any, snapshot: str | None = None) -> str | None:
     if not isinstance(manifest, dict):
         return "it is not a JSON object"
     if manifest.get("format") != DATASET_FORMAT:
-        return f"its format is {manifest.get('format')!r}, not {DATASET_FORMAT!r}"
+        return f"its format is {_shown(manifest.get('format'))}, not {DATASET_FORMAT!r}"
     name = manifest.get("snapshot")
     if not isinstance(name, str) or not _SNAPSHOT_ID.fullmatch(name):
-        return f"its snapshot id {name!r} is not a valid id"
+        return f"its snapshot id {_shown(name)} is not a valid id"
     if snapshot is not None and name != snapshot:
         return f"it names snapshot {name}, not {snapshot}"
     kept = manifest.get("snapshots", [name])
-    if not isinstance(kept, list) or kept[-1:] != [name] or not all(isinstance(item, str) and _SNAPSHOT_ID.fullmatch(item) for item in kept):
+    well_formed = isinstance(kept, list) and all(isinstance(item, str) and _SNAPSHOT_ID.fullmatch(item) for item in kept)
+    if not well_formed or kept[-1:] != [name]:
         return "its list of kept snapshots is not valid"
     output = (manifest.get("config") or {}).get("output") if isinstance(manifest.get("config"), dict) else None
     shards = (output or {}).get("shards", 1) if isinstance(output, dict) else 1
     if not _is_count(shards) or shards < 1:
-        return f"its shard count {shards!r} is not a positive count"
+        return f"its shard count {_shown(shards)} is not a positive count"
     tables = manifest.get("tables")
     if not isinstance(tables, dict):
         return "it lists no tables"
@@ -488,17 +495,17 @@ def manifest_problem(manifest: Any, snapshot: str | None = None) -> str | None:
             return f"it lists no {table} table"
     for table, entry in tables.items():
         if table not in TABLE_SCHEMAS:
-            return f"it lists an unknown table {table!r}"
+            return f"it lists an unknown table {_shown(table)}"
         if not isinstance(entry, dict) or not isinstance(entry.get("files"), list) or not entry["files"]:
             return f"its {table} table lists no files"
         if not _is_count(entry.get("rows")):
-            return f"its {table} row count {entry.get('rows')!r} is not a count"
+            return f"its {table} row count {_shown(entry.get('rows'))} is not a count"
         folder = f"{SNAPSHOTS_FOLDER}/{name}/{table}/"
         seen_shards: set[int] = set()
         for file in entry["files"]:
             match = PART_NAME.fullmatch(file[len(folder) :]) if isinstance(file, str) and file.startswith(folder) else None
             if match is None:
-                return f"its {table} table names {str(file)[:200]!r}, which is not a part file of {folder}"
+                return f"its {table} table names {_shown(file)}, which is not a part file of {folder}"
             shard = int(match.group(1))
             if shard >= shards or shard in seen_shards:
                 return f"its {table} table names {file}, a second part of shard {shard} or one past its {shards} shards"
@@ -510,36 +517,35 @@ def _parse_manifest(data: bytes) -> tuple[dict[str, Any] | None, str | None]:
     """(the manifest, None) or (None, what is wrong with it)."""
     try:
         manifest = json.loads(data)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None, "it is not valid JSON (truncated or changed)"
     problem = manifest_problem(manifest)
     return (None, problem) if problem else (manifest, None)
 
 
 def _parts_problem(
-    fs, root: str, manifest: dict[str, Any], secrets: tuple[str, ...], *, read_tables: tuple[str, ...], listed: bool = True
+    fs, root: str, manifest: dict[str, Any], secrets: tuple[str, ...], *, read_tables: tuple[str, ...]
 ) -> str | None:
     """What is wrong with a well-formed manifest's parts, or None if they verify.
 
-    With ``listed``, each table folder must hold exactly the parts the manifest names (no part missing, no
-    part it does not name); the parts of ``read_tables`` are read whole, each checked against the hash in
-    its name, and their footers' row counts against the manifest's."""
+    Each table folder must hold exactly the parts the manifest names (no part missing, none it does not
+    name); the parts of ``read_tables`` are read whole, each checked against the hash in its name, and their
+    footers' row counts against the manifest's."""
     snapshot = manifest["snapshot"]
     for table, entry in manifest["tables"].items():
         names = entry["files"]
-        if listed:
-            folder = _join(root, SNAPSHOTS_FOLDER, snapshot, table)
-            present = {
-                f"{SNAPSHOTS_FOLDER}/{snapshot}/{table}/{posixpath.basename(path)}"
-                for path in list_files(fs, folder, secrets)
-                if path.endswith(".parquet") and posixpath.dirname(path).rstrip("/") == folder.rstrip("/")
-            }
-            missing = [name for name in names if name not in present]
-            if missing:
-                return f"part {missing[0]} is missing"
-            unnamed = sorted(present - set(names))
-            if unnamed:
-                return f"its {table} folder holds {unnamed[0]}, which its manifest does not name"
+        folder = _join(root, SNAPSHOTS_FOLDER, snapshot, table)
+        present = {
+            f"{SNAPSHOTS_FOLDER}/{snapshot}/{table}/{posixpath.basename(path)}"
+            for path in list_files(fs, folder, secrets)
+            if path.endswith(".parquet") and posixpath.dirname(path).rstrip("/") == folder.rstrip("/")
+        }
+        missing = [name for name in names if name not in present]
+        if missing:
+            return f"part {missing[0]} is missing"
+        unnamed = sorted(present - set(names))
+        if unnamed:
+            return f"its {table} folder holds {unnamed[0]}, which its manifest does not name"
         if table not in read_tables:
             continue
         rows = 0
@@ -674,20 +680,7 @@ def verify_output(
     else:
         kept = tuple(name for name in (published.get("snapshots") or [published["snapshot"]]) if name not in dropped)
     if repair:
-        success_path = _join(root, SUCCESS_NAME)
-        try:
-            success = storage_call(lambda: fs.cat_file(success_path), storage_url(fs, success_path), "read", secrets)
-        except FileNotFoundError:
-            success = None
-        expected = f"{published['snapshot']}\n".encode() if published is not None else None
-        if success != expected:
-            named = (success or b"").decode("utf-8", "replace").strip()[:80] or "nothing"
-            if expected is None:
-                _remove_tree(fs, success_path, secrets)
-                repaired.append(f"{SUCCESS_NAME}: it named {named!r}, but no root manifest can be trusted; removed")
-            else:
-                write_file_atomically(fs, success_path, expected, secrets=secrets)
-                repaired.append(f"{SUCCESS_NAME}: it named {named!r}, not the published snapshot {published['snapshot']}; rewritten")
+        repaired += _repair_success(fs, root, published["snapshot"] if published is not None else None, secrets)
     latest_trusted = chosen is not None and not root_damaged and chosen["snapshot"] == published["snapshot"]
     if latest_trusted and repair:
         own, own_problem = own_manifest(published["snapshot"])
@@ -700,6 +693,25 @@ def verify_output(
                 "restored from the root manifest"
             )
     return OutputState(chosen, latest_trusted, tuple(damage), kept, tuple(repaired))
+
+
+def _repair_success(fs, root: str, published: str | None, secrets: tuple[str, ...]) -> list[str]:
+    """Make ``_SUCCESS`` name the ``published`` snapshot (remove it when there is none to trust); returns
+    what was repaired. A run killed right after its commit point leaves it naming the snapshot before."""
+    path = _join(root, SUCCESS_NAME)
+    try:
+        success = storage_call(lambda: fs.cat_file(path), storage_url(fs, path), "read", secrets)
+    except FileNotFoundError:
+        success = None
+    expected = f"{published}\n".encode() if published is not None else None
+    if success == expected:
+        return []
+    named = _shown((success or b"").decode("utf-8", "replace").strip(), 80) if success else "nothing"
+    if expected is None:
+        _remove_tree(fs, path, secrets)
+        return [f"{SUCCESS_NAME}: it named {named}, but no root manifest can be trusted; removed"]
+    write_file_atomically(fs, path, expected, secrets=secrets)
+    return [f"{SUCCESS_NAME}: it named {named}, not the published snapshot {published}; rewritten"]
 
 
 # ------------------------------------------------------------------------------------------ reading
@@ -722,7 +734,7 @@ def read_manifest(url: str, storage_options: dict[str, Any] | None = None, *, sn
         raise DatasetNotFoundError(f"no chunkline dataset at {url}: {MANIFEST_NAME} not found") from None
     try:
         manifest = json.loads(data)
-    except ValueError:
+    except (ValueError, RecursionError):
         manifest = None
     if isinstance(manifest, dict) and manifest.get("format") != DATASET_FORMAT:
         raise DatasetNotFoundError(f"{storage_url(fs, path)} is not a chunkline manifest")
@@ -747,14 +759,15 @@ def read_manifest(url: str, storage_options: dict[str, Any] | None = None, *, sn
 def _snapshot_manifest(fs, root: str, url: str, snapshot: str, secrets: tuple[str, ...], *, kept: list[str]) -> dict[str, Any]:
     """The own manifest of ``snapshot``, checked to be well formed and to describe that snapshot."""
     if not _SNAPSHOT_ID.fullmatch(snapshot):
-        raise DatasetNotFoundError(f"{snapshot!r} is not a snapshot id (see chunkline inspect {url})")
+        raise DatasetNotFoundError(f"{_shown(snapshot)} is not a snapshot id (see chunkline inspect {url})")
     path = _join(root, SNAPSHOTS_FOLDER, snapshot, MANIFEST_NAME)
     try:
         data = storage_call(lambda: fs.cat_file(path), storage_url(fs, path), "read", secrets)
     except FileNotFoundError:
         if not kept:
             raise DatasetNotFoundError(f"no snapshot {snapshot} at {url}: {storage_url(fs, path)} not found") from None
-        raise DamagedDatasetError(_damaged_message(url, snapshot, f"its manifest {storage_url(fs, path)} is missing", kept)) from None
+        problem = f"its manifest {storage_url(fs, path)} is missing"
+        raise DamagedDatasetError(_damaged_message(url, snapshot, problem, kept)) from None
     manifest, problem = _parse_manifest(data)
     if manifest is not None and manifest["snapshot"] != snapshot:
         manifest, problem = None, f"its manifest names snapshot {manifest['snapshot']}"
@@ -779,7 +792,8 @@ def dataset_files(
     url: str, table: str = "chunks", storage_options: dict[str, Any] | None = None, *, snapshot: str | None = None
 ) -> list[str]:
     """URLs of exactly the part files of ``table`` in the latest (or the given) snapshot, for readers that
-    take a list of files or a glob (DuckDB, polars, Spark): they all sit in one folder of that snapshot."""
+    take a list of files or a glob (DuckDB, polars, Spark): they all sit in one folder of that snapshot.
+    The manifest is checked; the parts are not read here (:func:`verify_snapshot` reads and checks them)."""
     if table not in TABLE_SCHEMAS:
         raise ValueError(f"unknown table {table!r}; tables: {', '.join(TABLE_SCHEMAS)}")
     manifest = read_manifest(url, storage_options, snapshot=snapshot)

@@ -20,10 +20,13 @@ same corpus; ``changes/`` consistent with the snapshot it names as its base (or 
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import pyarrow.parquet as pq
 
 from chunkline.pipelines.publish import read_dataset, read_manifest
 from chunkline.schemas import ROW_TABLES, TABLE_SCHEMAS
@@ -70,8 +73,8 @@ def _manifest_path(output: Path, snapshot: str | None = None) -> Path:
 
 def _largest_part(output: Path, snapshot: str, table: str) -> Path:
     """The largest part of ``table`` in ``snapshot`` (its data pages, not only its footer, get damaged)."""
-    parts = sorted((output / "snapshots" / snapshot / table).glob("part-*.parquet"), key=lambda path: (-path.stat().st_size, path.name))
-    return parts[0]
+    parts = (output / "snapshots" / snapshot / table).glob("part-*.parquet")
+    return sorted(parts, key=lambda path: (-path.stat().st_size, path.name))[0]
 
 
 def _delete(path: Path) -> None:
@@ -99,7 +102,10 @@ def _part_damage(kind: str, which: str, table: str) -> Callable[[Path, Snapshots
     return apply
 
 
-def _edit_manifest(which: str | None, edit: Callable[[dict[str, Any], Path, Snapshots], None]) -> Callable[[Path, Snapshots], None]:
+Edit = Callable[[dict[str, Any], Path, Snapshots], None]
+
+
+def _edit_manifest(which: str | None, edit: Edit) -> Callable[[Path, Snapshots], None]:
     """Edit the root manifest (``which`` None), or the own manifest of the ``latest`` or ``older`` snapshot."""
 
     def apply(output: Path, snapshots: Snapshots) -> None:
@@ -116,6 +122,11 @@ def _truncate_manifest(which: str | None) -> Callable[[Path, Snapshots], None]:
         _truncate(_manifest_path(output, None if which is None else snapshots[which]))
 
     return apply
+
+
+def _nest_the_root_manifest(output: Path, snapshots: Snapshots) -> None:
+    """JSON nested deeper than any parser's recursion limit."""
+    (output / "_manifest.json").write_text("[" * 100_000 + "]" * 100_000)
 
 
 def _rename_a_chunks_file(manifest: dict[str, Any], output: Path, snapshots: Snapshots) -> None:
@@ -146,8 +157,6 @@ def _change_the_chunks_row_count(manifest: dict[str, Any], output: Path, snapsho
 
 def _leave_out_a_chunks_part(manifest: dict[str, Any], output: Path, snapshots: Snapshots) -> None:
     """One part dropped from the list and the row count lowered to match: a consistent-looking edit."""
-    import pyarrow.parquet as pq
-
     entry = manifest["tables"]["chunks"]
     dropped = entry["files"].pop()
     entry["rows"] -= pq.ParquetFile(output / dropped).metadata.num_rows
@@ -155,8 +164,6 @@ def _leave_out_a_chunks_part(manifest: dict[str, Any], output: Path, snapshots: 
 
 def _remove_folder(which: str) -> Callable[[Path, Snapshots], None]:
     def apply(output: Path, snapshots: Snapshots) -> None:
-        import shutil
-
         shutil.rmtree(output / "snapshots" / snapshots[which])
 
     return apply
@@ -189,16 +196,29 @@ def _damages() -> list[Damage]:
                 damages.append(Damage(f"{which} {table} part {kind}", _part_damage(kind, which, table), base, (which,)))
     damages += [
         Damage("root manifest truncated", _truncate_manifest(None), "latest", ("latest",)),
-        Damage("root manifest: a chunks file renamed", _edit_manifest(None, _rename_a_chunks_file), "latest", ("latest",)),
-        Damage("root manifest: a chunks file is ../outside.parquet", _edit_manifest(None, _point_a_chunks_file_outside), "latest", ("latest",)),
-        Damage("root manifest: a chunks file is an absolute path", _edit_manifest(None, _point_a_chunks_file_at_an_absolute_path), "latest", ("latest",)),
-        Damage("root manifest: chunks files name the documents parts", _edit_manifest(None, _name_the_documents_parts_as_chunks), "latest", ("latest",)),
-        Damage("root manifest: chunks row count changed", _edit_manifest(None, _change_the_chunks_row_count), "latest", ("latest",)),
-        Damage("root manifest: a chunks part left out, rows to match", _edit_manifest(None, _leave_out_a_chunks_part), "latest", ("latest",)),
+        Damage("root manifest nested deeper than a parser goes", _nest_the_root_manifest, "latest", ("latest",)),
+    ]
+    for name, edit in (
+        ("a chunks file renamed", _rename_a_chunks_file),
+        ("a chunks file is ../outside.parquet", _point_a_chunks_file_outside),
+        ("a chunks file is an absolute path", _point_a_chunks_file_at_an_absolute_path),
+        ("chunks files name the documents parts", _name_the_documents_parts_as_chunks),
+        ("chunks row count changed", _change_the_chunks_row_count),
+        ("a chunks part left out, rows to match", _leave_out_a_chunks_part),
+    ):
+        # The latest snapshot's own manifest still describes it: a new root manifest is published from it.
+        damages.append(Damage(f"root manifest: {name}", _edit_manifest(None, edit), "latest", ("latest",)))
+    older_outside = _edit_manifest("older", _point_a_chunks_file_outside)
+    damages += [
         Damage("latest snapshot manifest truncated", _truncate_manifest("latest"), "latest", ()),
         Damage("older snapshot manifest truncated", _truncate_manifest("older"), "latest", ("older",)),
-        Damage("older snapshot manifest: a chunks file is ../outside.parquet", _edit_manifest("older", _point_a_chunks_file_outside), "latest", ("older",)),
-        Damage("older snapshot manifest: chunks row count changed", _edit_manifest("older", _change_the_chunks_row_count), "latest", ("older",)),
+        Damage("older snapshot manifest: a chunks file is ../outside.parquet", older_outside, "latest", ("older",)),
+        Damage(
+            "older snapshot manifest: chunks row count changed",
+            _edit_manifest("older", _change_the_chunks_row_count),
+            "latest",
+            ("older",),
+        ),
         Damage("latest snapshot folder removed", _remove_folder("latest"), "older", ("latest",)),
         Damage("older snapshot folder removed", _remove_folder("older"), "latest", ("older",)),
         Damage("_SUCCESS names the older snapshot", _stale_success, "latest", ()),

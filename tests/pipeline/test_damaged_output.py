@@ -27,7 +27,6 @@ from hypothesis import strategies as st
 import chunkline.pipelines.run as run_module
 from chunkline.pipelines.cli import main
 from chunkline.pipelines.publish import (
-    PART_NAME,
     DamagedDatasetError,
     manifest_problem,
     read_dataset,
@@ -88,8 +87,13 @@ def assert_one_error_line(code: int, err: str) -> None:
     assert "Traceback" not in err
 
 
+def chunkline_program(*arguments: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(CHUNKLINE), *arguments], capture_output=True, text=True, timeout=240)
+
+
 def chunkline_warnings(caplog) -> list[str]:
-    return [record.getMessage() for record in caplog.records if record.name == "chunkline" and record.levelno >= logging.WARNING]
+    records = [record for record in caplog.records if record.name == "chunkline" and record.levelno >= logging.WARNING]
+    return [record.getMessage() for record in records]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -144,11 +148,11 @@ def test_a_reindex_run_after_one_damage_publishes_a_clean_runs_dataset(name, his
 
 def test_the_chunkline_program_rebuilds_a_damaged_output_with_one_warning_and_inspect_says_one_line(history, tmp_path):
     output = damaged_copy(history, tmp_path, "latest chunks part bit-flipped")
-    inspected = subprocess.run([str(CHUNKLINE), "inspect", str(output)], capture_output=True, text=True, timeout=120)
+    inspected = chunkline_program("inspect", str(output))
     assert_one_error_line(inspected.returncode, inspected.stderr)
     assert "chunks/part-" in inspected.stderr and "--snapshot" in inspected.stderr
 
-    ran = subprocess.run([str(CHUNKLINE), "run", str(history.corpus), "--output", str(output)], capture_output=True, text=True, timeout=240)
+    ran = chunkline_program("run", str(history.corpus), "--output", str(output))
     assert ran.returncode == 0, ran.stderr
     assert "Traceback" not in ran.stderr
     named = [line for line in ran.stderr.splitlines() if "chunks/part-" in line]
@@ -158,11 +162,11 @@ def test_the_chunkline_program_rebuilds_a_damaged_output_with_one_warning_and_in
 
 def test_the_chunkline_program_publishes_a_new_root_manifest_over_a_truncated_one(history, tmp_path):
     output = damaged_copy(history, tmp_path, "root manifest truncated")
-    inspected = subprocess.run([str(CHUNKLINE), "inspect", str(output)], capture_output=True, text=True, timeout=120)
+    inspected = chunkline_program("inspect", str(output))
     assert_one_error_line(inspected.returncode, inspected.stderr)
     assert "_manifest.json is damaged" in inspected.stderr
 
-    ran = subprocess.run([str(CHUNKLINE), "run", str(history.corpus), "--output", str(output)], capture_output=True, text=True, timeout=240)
+    ran = chunkline_program("run", str(history.corpus), "--output", str(output))
     assert ran.returncode == 0 and "Traceback" not in ran.stderr, ran.stderr
     check_rerun(str(output), history.reference, history.snapshots, DAMAGES["root manifest truncated"])
 
@@ -209,7 +213,8 @@ def test_inspect_shows_an_older_kept_snapshot_on_request(history, tmp_path, caps
 
 
 def test_inspect_of_a_snapshot_that_is_not_kept_says_so_in_one_line(history, capsys):
-    assert_one_error_line(main(["inspect", str(history.template), "--snapshot", "20200101T000000.000000Z-000000"]), capsys.readouterr().err)
+    code = main(["inspect", str(history.template), "--snapshot", "20200101T000000.000000Z-000000"])
+    assert_one_error_line(code, capsys.readouterr().err)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -275,7 +280,9 @@ def _part_name(shard: int, data: bytes) -> str:
     return f"part-{shard:05d}-{hashlib.sha256(data).hexdigest()[:16]}.parquet"
 
 
-@given(data=st.binary(min_size=1, max_size=512), shard=st.integers(0, 99_999), position=st.integers(0, 511), bit=st.integers(0, 7))
+@given(
+    data=st.binary(min_size=1, max_size=512), shard=st.integers(0, 99_999), position=st.integers(0, 511), bit=st.integers(0, 7)
+)
 def test_a_part_verifies_exactly_when_its_bytes_are_the_ones_its_name_hashes(data, shard, position, bit):
     name = f"snapshots/x/chunks/{_part_name(shard, data)}"
     verify_part(name, data)
@@ -287,7 +294,12 @@ def test_a_part_verifies_exactly_when_its_bytes_are_the_ones_its_name_hashes(dat
 
 
 SNAPSHOT = "20261201T101500.123456Z-3f9a1c"
-_SEGMENTS = st.sampled_from(["snapshots", SNAPSHOT, "20250101T000000.000000Z-aaaaaa", "chunks", "documents", "changes", "upserts", "..", ".", "", "/", "part-00001-0123456789abcdef.parquet", "outside.parquet"])
+_SEGMENTS = st.sampled_from(
+    [
+        "snapshots", SNAPSHOT, "20250101T000000.000000Z-aaaaaa", "chunks", "documents", "changes", "upserts",
+        "..", ".", "", "/", "part-00001-0123456789abcdef.parquet", "outside.parquet", "two\nlines",
+    ]
+)
 
 
 def _manifest_with_chunks_file(name: str) -> dict:
@@ -305,7 +317,8 @@ def test_a_manifest_names_only_part_files_of_its_own_snapshots_table_folders(seg
     problem = manifest_problem(_manifest_with_chunks_file(name))
     inside = name == f"snapshots/{SNAPSHOT}/chunks/part-00001-0123456789abcdef.parquet"
     assert (problem is None) == inside, (name, problem)
-    assert PART_NAME.fullmatch(name.rsplit("/", 1)[-1]) or problem is not None
+    if problem is not None:
+        assert "\n" not in problem and "chunks table names" in problem
 
 
 def test_a_manifest_whose_json_is_not_a_chunkline_manifest_is_no_dataset_and_never_damaged(tmp_path, capsys):
