@@ -601,6 +601,10 @@ class OutputState:
     left out); None for a new output."""
     repaired: tuple[str, ...] = ()
     """What was put right on the way (``_SUCCESS``, a snapshot's own copy of the root manifest)."""
+    root_damaged: bool = False
+    """The root manifest could not be trusted: the run publishes a new one."""
+    damaged_snapshots: tuple[str, ...] = ()
+    """The kept snapshots that failed verification (no longer kept), newest first."""
 
 
 def verify_output(
@@ -692,7 +696,8 @@ def verify_output(
                 f"snapshot {published['snapshot']}: {own_problem or 'its manifest differed from the root manifest'}; "
                 "restored from the root manifest"
             )
-    return OutputState(chosen, latest_trusted, tuple(damage), kept, tuple(repaired))
+    damaged_snapshots = tuple(name for name in candidates if name in dropped)
+    return OutputState(chosen, latest_trusted, tuple(damage), kept, tuple(repaired), root_damaged, damaged_snapshots)
 
 
 def _repair_success(fs, root: str, published: str | None, secrets: tuple[str, ...]) -> list[str]:

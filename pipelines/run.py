@@ -269,18 +269,21 @@ def _plan(config: RunConfig, previous: _PreviousState) -> RebuildPlan:
         if state.damage:  # only older kept snapshots, which are no longer kept
             logger.warning("chunkline: %s", scrub_secrets("; ".join(state.damage), secret_values))
         return plan_rebuild(config, state.manifest, previous.documents)
-    damaged = "the root manifest" if any(line.startswith("the root manifest") for line in state.damage) else (
-        "snapshot " + ", ".join(line.split()[1] for line in state.damage if line.startswith("snapshot "))
-    )
+    if state.root_damaged:
+        damaged = "the root manifest is damaged"
+    elif len(state.damaged_snapshots) == 1:
+        damaged = f"snapshot {state.damaged_snapshots[0]} is damaged"
+    else:
+        damaged = f"snapshots {', '.join(state.damaged_snapshots)} are damaged"
     base = state.manifest
     if base is None:
         consequence = "no kept snapshot verifies: rebuilt in full, and changes/ mark a full reload"
-        plan = RebuildPlan("full", f"{damaged} is damaged; {consequence}")
+        plan = RebuildPlan("full", f"{damaged}; {consequence}")
     else:
         consequence = f"rebuilt in full, changes/ against snapshot {base['snapshot']}, the newest that verifies"
         # Without a documents table to carry rows from, the plan is a full one against ``base``.
         plan = plan_rebuild(config, base, None)
-        plan.reason = f"{damaged} is damaged; {consequence}"
+        plan.reason = f"{damaged}; {consequence}"
     # One line with the details (which part, which count); the plan's reason, logged and recorded, names
     # only what is damaged.
     logger.warning("chunkline: %s; %s", scrub_secrets("; ".join(state.damage), secret_values), consequence)

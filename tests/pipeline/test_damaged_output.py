@@ -327,3 +327,19 @@ def test_a_manifest_whose_json_is_not_a_chunkline_manifest_is_no_dataset_and_nev
     err = capsys.readouterr().err
     assert_one_error_line(code, err)
     assert "not a chunkline manifest" in err
+
+
+def test_a_damaged_part_on_an_object_store_like_filesystem_is_found_and_rebuilt(history, memory_fs, caplog):
+    """The same checks through fsspec paths without a local folder (``memory://``, as on S3 or Azure)."""
+    run([history.corpus], "memory://healing")
+    latest = run([history.corpus], "memory://healing")
+    part = sorted(path for path in memory_fs.find(f"/healing/snapshots/{latest.run_id}/chunks"))[0]
+    memory_fs.pipe_file(part, memory_fs.cat_file(part)[:-16])
+    with pytest.raises(DamagedDatasetError, match="chunks/part-"):
+        read_dataset("memory://healing", "chunks")
+    caplog.clear()
+    repaired = run([history.corpus], "memory://healing")
+    assert repaired.rebuild["mode"] == "full" and repaired.rebuild["previous_snapshot"] != latest.run_id
+    assert len(chunkline_warnings(caplog)) == 1
+    rows = sorted(read_dataset("memory://healing", "chunks").to_pylist(), key=lambda row: row["chunk_id"])
+    assert rows == sorted(history.reference["chunks"], key=lambda row: row["chunk_id"])
