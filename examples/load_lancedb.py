@@ -11,8 +11,9 @@ dataset is a series of snapshots (one per ``chunkline run``); three functions ke
   ``chunk_uuid`` is in ``changes/deletes`` are deleted, then the rows of ``changes/upserts`` are embedded and
   upserted. Unchanged chunks are neither embedded nor written again; applying a delta twice changes nothing.
 - ``sync`` brings a table up to the latest snapshot: the deltas of every snapshot after the one it holds,
-  oldest first, when each was built from the one before it; otherwise (an empty table, or snapshots it
-  needs already removed by ``output.keep``) a full ``load``.
+  oldest first, when each was built from the one before it; otherwise (an empty table, snapshots it needs
+  already removed by ``output.keep``, a snapshot marked ``full_reload`` because chunkline found nothing
+  trustworthy to compare it with, or a delta that fails verification) a full ``load``.
 
 The snapshot a table holds is recorded in the one-row table ``<table>_sync`` of the same database, written
 after the rows: a sync interrupted before it applies the same delta again next time, which is harmless.
@@ -32,7 +33,7 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # hashing_embedder sits next to this file
 
-from chunkline.pipelines.publish import list_snapshots, read_dataset, read_manifest
+from chunkline.pipelines.publish import DamagedDatasetError, list_snapshots, read_dataset, read_manifest
 from hashing_embedder import embed
 
 
@@ -102,16 +103,23 @@ def apply_changes(dataset_url: str, target: str, *, snapshot: str | None = None,
 def snapshots_after(dataset_url: str, synced: str | None) -> list[str] | None:
     """The snapshots after ``synced`` up to the latest, oldest first, if each one's delta is relative to the
     one before it; None if only a full load can catch up (nothing synced yet, a snapshot on the way no longer
-    kept, or a run whose delta does not start from the snapshot before it)."""
+    kept, a run whose delta does not start from the snapshot before it, a snapshot marked ``full_reload``
+    because no earlier one could be compared with, or a snapshot on the way that is damaged)."""
     if synced is None:
         return None
-    kept = set(list_snapshots(dataset_url))
-    chain, snapshot = [], read_manifest(dataset_url)["snapshot"]
-    while snapshot != synced:
-        if snapshot not in kept:
-            return None
-        chain.append(snapshot)
-        snapshot = read_manifest(dataset_url, snapshot=snapshot).get("rebuild", {}).get("previous_snapshot")
+    try:
+        kept = set(list_snapshots(dataset_url))
+        chain, snapshot = [], read_manifest(dataset_url)["snapshot"]
+        while snapshot != synced:
+            if snapshot not in kept:
+                return None
+            manifest = read_manifest(dataset_url, snapshot=snapshot)
+            if manifest.get("full_reload"):
+                return None
+            chain.append(snapshot)
+            snapshot = manifest.get("rebuild", {}).get("previous_snapshot")
+    except DamagedDatasetError:  # a delta on the way cannot be trusted; the latest is loaded in full
+        return None
     return chain[::-1]
 
 
@@ -119,12 +127,15 @@ def sync(dataset_url: str, target: str, table_name: str = "chunks") -> tuple[str
     """Bring the table up to the dataset's latest snapshot. Returns ``("changes", snapshots)`` with the
     snapshots whose deltas were applied (none if it was up to date), or ``("load", [snapshot])``."""
     chain = snapshots_after(dataset_url, synced_snapshot(target, table_name))
+    try:
+        for snapshot in chain or []:
+            apply_changes(dataset_url, target, snapshot=snapshot, table_name=table_name)
+    except DamagedDatasetError:  # a delta that does not verify: the load below makes the table exact again
+        chain = None
     if chain is None:
         latest = read_manifest(dataset_url)["snapshot"]
         load(dataset_url, target, table_name, snapshot=latest)
         return "load", [latest]
-    for snapshot in chain:
-        apply_changes(dataset_url, target, snapshot=snapshot, table_name=table_name)
     return "changes", chain
 
 

@@ -12,8 +12,9 @@ three functions keep a collection in step with it:
   is in ``changes/deletes`` are deleted, then the rows of ``changes/upserts`` are embedded and upserted.
   Unchanged chunks are neither embedded nor written again; applying a delta twice changes nothing.
 - ``sync`` brings a collection up to the latest snapshot: the deltas of every snapshot after the one it
-  holds, oldest first, when each was built from the one before it; otherwise (an empty collection, or
-  snapshots it needs already removed by ``output.keep``) a full ``load``.
+  holds, oldest first, when each was built from the one before it; otherwise (an empty collection,
+  snapshots it needs already removed by ``output.keep``, a snapshot marked ``full_reload`` because chunkline
+  found nothing trustworthy to compare it with, or a delta that fails verification) a full ``load``.
 
 The snapshot a collection holds is recorded in the collection's metadata (``chunkline_snapshot``; Qdrant
 1.16 or newer), written after the points: a sync interrupted before it applies the same delta again next
@@ -34,7 +35,7 @@ from qdrant_client import QdrantClient, models
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # hashing_embedder sits next to this file
 
-from chunkline.pipelines.publish import list_snapshots, read_dataset, read_manifest
+from chunkline.pipelines.publish import DamagedDatasetError, list_snapshots, read_dataset, read_manifest
 from hashing_embedder import DIMENSION, embed
 
 PAYLOAD_COLUMNS = ["doc_id", "chunk_id", "heading_path", "start_line", "end_line", "start_char", "end_char", "text"]
@@ -144,16 +145,23 @@ def apply_changes(
 def snapshots_after(dataset_url: str, synced: str | None) -> list[str] | None:
     """The snapshots after ``synced`` up to the latest, oldest first, if each one's delta is relative to the
     one before it; None if only a full load can catch up (nothing synced yet, a snapshot on the way no longer
-    kept, or a run whose delta does not start from the snapshot before it)."""
+    kept, a run whose delta does not start from the snapshot before it, a snapshot marked ``full_reload``
+    because no earlier one could be compared with, or a snapshot on the way that is damaged)."""
     if synced is None:
         return None
-    kept = set(list_snapshots(dataset_url))
-    chain, snapshot = [], read_manifest(dataset_url)["snapshot"]
-    while snapshot != synced:
-        if snapshot not in kept:
-            return None
-        chain.append(snapshot)
-        snapshot = read_manifest(dataset_url, snapshot=snapshot).get("rebuild", {}).get("previous_snapshot")
+    try:
+        kept = set(list_snapshots(dataset_url))
+        chain, snapshot = [], read_manifest(dataset_url)["snapshot"]
+        while snapshot != synced:
+            if snapshot not in kept:
+                return None
+            manifest = read_manifest(dataset_url, snapshot=snapshot)
+            if manifest.get("full_reload"):
+                return None
+            chain.append(snapshot)
+            snapshot = manifest.get("rebuild", {}).get("previous_snapshot")
+    except DamagedDatasetError:  # a delta on the way cannot be trusted; the latest is loaded in full
+        return None
     return chain[::-1]
 
 
@@ -163,12 +171,15 @@ def sync(dataset_url: str, target: str | QdrantClient, collection: str = "chunks
     client = _client(target)
     try:
         chain = snapshots_after(dataset_url, synced_snapshot(client, collection))
+        try:
+            for snapshot in chain or []:
+                apply_changes(dataset_url, client, snapshot=snapshot, collection=collection)
+        except DamagedDatasetError:  # a delta that does not verify: the load below makes the collection exact
+            chain = None
         if chain is None:
             latest = read_manifest(dataset_url)["snapshot"]
             load(dataset_url, client, collection, snapshot=latest)
             return "load", [latest]
-        for snapshot in chain:
-            apply_changes(dataset_url, client, snapshot=snapshot, collection=collection)
         return "changes", chain
     finally:
         _close(client, target)

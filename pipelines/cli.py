@@ -8,9 +8,9 @@
 ``chunkline run INPUT... --output URL``
     The Beam pipeline: chunk a corpus on any fsspec storage into a Parquet dataset. Arguments chunkline does
     not know are Beam pipeline options (``--runner DataflowRunner --project ...``).
-``chunkline inspect URL [--html FILE]``
-    Summarize a published dataset: tables, documents by status, token histogram, errors; ``--html`` also
-    writes a self-contained HTML report with charts.
+``chunkline inspect URL [--snapshot ID] [--html FILE]``
+    Summarize a published dataset (its latest snapshot, or a kept one): tables, documents by status, token
+    histogram, errors; ``--html`` also writes a self-contained HTML report with charts.
 
 Settings come from ``--config FILE`` (its ``chunking`` section), ``CHUNKLINE_CHUNK_*`` environment
 variables and ``--set key=value`` (``--set max_tokens=256`` or ``--set chunking.headings.max_heading_level=2``),
@@ -115,6 +115,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_settings_arguments(inspect)
     inspect.add_argument("--errors", type=int, default=10, metavar="N", help="error rows to show (default 10)")
     inspect.add_argument(
+        "--snapshot",
+        metavar="ID",
+        help="summarize this kept snapshot instead of the latest (ids: the 'snapshots kept' line)",
+    )
+    inspect.add_argument(
         "--html",
         metavar="PATH",
         help="also write a self-contained HTML report (charts, largest documents, error rows) to PATH",
@@ -204,7 +209,13 @@ def _inspect_command(arguments: argparse.Namespace) -> int:
     # environment variables and --set as for `chunkline run`.
     config = load_run_config(arguments.config, list(arguments.overrides), output=arguments.url, require_inputs=False)
     storage_options = dict(config.output.storage_options)
-    print(describe_dataset(arguments.url, error_rows=arguments.errors, storage_options=storage_options))
+    if arguments.snapshot and arguments.html:
+        print("chunkline: error: --html reports the latest snapshot; leave out --snapshot or --html", file=sys.stderr)
+        return 2
+    summary = describe_dataset(
+        arguments.url, error_rows=arguments.errors, storage_options=storage_options, snapshot=arguments.snapshot
+    )
+    print(summary)
     if arguments.html:
         from chunkline.pipelines.report import build_html_report, save_html
 

@@ -1,4 +1,8 @@
-"""``chunkline inspect``: a text summary of a published dataset, read through its manifest."""
+"""``chunkline inspect``: a text summary of a published dataset, read through its manifest.
+
+The snapshot shown (the latest, or a kept one with ``snapshot``) is verified whole first: a part missing,
+truncated or changed, or a row count that does not match, is one :class:`DamagedDatasetError` line.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,7 @@ from typing import Any
 
 import pyarrow.compute as pc
 
-from chunkline.pipelines.publish import list_snapshots, read_dataset, read_manifest
+from chunkline.pipelines.publish import DamagedDatasetError, list_snapshots, read_dataset, read_manifest, verify_snapshot
 from chunkline.schemas import TABLE_SCHEMAS
 
 __all__ = ["describe_dataset", "token_histogram"]
@@ -55,22 +59,38 @@ def _describe_rebuild(manifest: dict[str, Any]) -> list[str]:
 
 
 def _describe_snapshots(url: str, manifest: dict[str, Any], storage_options: dict[str, Any] | None) -> list[str]:
-    snapshots = list_snapshots(url, storage_options)
+    try:
+        snapshots = list_snapshots(url, storage_options)
+    except DamagedDatasetError:
+        return ["snapshots kept: unknown (the root manifest is damaged)"]
     if not snapshots:
         return []
-    marked = [f"{name} (latest)" if name == manifest.get("snapshot") else name for name in snapshots]
+    marks = {snapshots[-1]: "latest"}
+    if manifest.get("snapshot") != snapshots[-1]:
+        marks[manifest.get("snapshot")] = "shown"
+    marked = [f"{name} ({marks[name]})" if name in marks else name for name in snapshots]
     return [f"snapshots kept: {', '.join(marked)}"]
 
 
-def describe_dataset(url: str, *, error_rows: int = 10, storage_options: dict[str, Any] | None = None) -> str:
-    """A readable summary: run, config, tables, documents by status, token histogram and errors."""
-    manifest = read_manifest(url, storage_options)
-    chunks = read_dataset(url, "chunks", columns=["doc_id", "token_count"], storage_options=storage_options)
-    documents = read_dataset(url, "documents", columns=["doc_id", "status", "size_bytes"], storage_options=storage_options)
-    errors = read_dataset(url, "errors", storage_options=storage_options)
+def describe_dataset(
+    url: str, *, error_rows: int = 10, storage_options: dict[str, Any] | None = None, snapshot: str | None = None
+) -> str:
+    """A readable summary of the latest snapshot (or the kept ``snapshot``): run, config, tables, documents
+    by status, token histogram and errors. Raises :class:`DamagedDatasetError` if that snapshot does not
+    verify."""
+    manifest = read_manifest(url, storage_options, snapshot=snapshot)
+    verify_snapshot(url, manifest, storage_options)
+    requested, snapshot = snapshot, manifest["snapshot"]
+
+    def read(table: str, columns: list[str] | None = None):
+        return read_dataset(url, table, columns=columns, storage_options=storage_options, snapshot=snapshot)
+
+    chunks = read("chunks", ["doc_id", "token_count"])
+    documents = read("documents", ["doc_id", "status", "size_bytes"])
+    errors = read("errors")
     chunking = manifest.get("config", {}).get("chunking", {})
     lines = [
-        f"dataset {url}",
+        f"dataset {url}" + (f", snapshot {snapshot}" if requested else ""),
         f"  run {manifest['run_id']}, published {manifest.get('published_at', '?')}, schema version {manifest['schema_version']}",
         f"  strategy {chunking.get('strategy', '?')}, max_tokens {chunking.get('max_tokens', '?')}, "
         f"overlap_tokens {chunking.get('overlap_tokens', '?')}, tokenizer {chunking.get('tokenizer', '?')}",

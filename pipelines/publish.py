@@ -22,6 +22,14 @@ that publishes removes what it left. :func:`read_dataset` (like ``chunkline insp
 parts the pointer names; to glob with another reader, glob one snapshot's folder
 (:func:`dataset_files` lists its parts).
 
+Nothing read from an earlier snapshot is trusted unchecked: manifests are checked to name only part files
+of their own snapshot's table folders (:func:`manifest_problem`), and every part read, carried over or
+copied is checked against the hash its name carries, its rows against the manifest's counts
+(:func:`verify_part`, :func:`verify_snapshot`). Before a run builds on the output, :func:`verify_output`
+finds the newest kept snapshot that verifies, so a damaged part or manifest costs one full rebuild, never
+the output; readers get one :class:`DamagedDatasetError` line naming what is damaged. ``_SUCCESS`` is a
+marker for tools that wait for one, never read by chunkline: a stale one is rewritten by the next run.
+
 Only one run may write an output at a time: :func:`acquire_output_lock` (from
 :mod:`chunkline.pipelines.lock`) takes ``_lock.json`` in one exclusive create that carries its content,
 refuses with a clear message while another live run holds it, and lets exactly one of the runs that find a
@@ -34,6 +42,7 @@ import hashlib
 import json
 import logging
 import posixpath
+import re
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -43,7 +52,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from fsspec.core import url_to_fs
 
-from chunkline.schemas import SCHEMA_VERSION, TABLE_SCHEMAS
+from chunkline.schemas import ROW_TABLES, SCHEMA_VERSION, TABLE_SCHEMAS
 from chunkline.pipelines.config import storage_secrets
 from chunkline.pipelines.files import (
     list_files,
@@ -66,22 +75,29 @@ from chunkline.pipelines.lock import (  # re-exported: the lock is part of this 
 __all__ = [
     "LOCK_NAME",
     "MANIFEST_NAME",
+    "PART_NAME",
     "SNAPSHOTS_FOLDER",
     "STAGING_FOLDER",
     "SUCCESS_NAME",
     "ConcurrentRunError",
+    "DamagedDatasetError",
     "DatasetNotFoundError",
     "OutputLock",
+    "OutputState",
     "PublishedDataset",
     "acquire_output_lock",
     "dataset_files",
     "discard_run",
     "list_snapshots",
+    "manifest_problem",
     "publish_run",
     "read_dataset",
     "read_manifest",
     "snapshot_url",
     "staging_url",
+    "verify_output",
+    "verify_part",
+    "verify_snapshot",
 ]
 
 logger = logging.getLogger("chunkline")
@@ -97,6 +113,12 @@ _TOP_LEVEL_TABLES = ("chunks", "documents", "errors")
 
 class DatasetNotFoundError(FileNotFoundError):
     """There is no published chunkline dataset (or no such snapshot) at the URL."""
+
+
+class DamagedDatasetError(DatasetNotFoundError):
+    """A published snapshot, or the root manifest, that fails verification: a part missing, truncated or
+    changed, a row count that does not match the parts, a manifest that does not parse or names files
+    outside its snapshot's table folders. Its message is one line naming what is damaged and what to do."""
 
 
 @dataclass(frozen=True)
@@ -140,6 +162,7 @@ def publish_run(
     *,
     keep: int = 3,
     lock: OutputLock | None = None,
+    previous_kept: list[str] | None = None,
 ) -> PublishedDataset:
     """Make the snapshot that run ``run_id`` wrote under ``snapshots/<run_id>/`` the dataset at
     ``output_url``, then remove what no kept snapshot needs.
@@ -147,7 +170,9 @@ def publish_run(
     Every storage call is retried after a transient error; ``secrets`` are kept out of the error messages.
     With ``lock``, the run must still hold it at the commit point. The root manifest lists the kept
     snapshots (the newest ``keep``, this one last): a folder it does not list — a failed or killed run's,
-    even one killed after writing its own manifest — is never read and is removed."""
+    even one killed after writing its own manifest — is never read and is removed. ``previous_kept`` are the
+    snapshots to keep from before this run, oldest first, as :func:`verify_output` found them (damaged ones
+    left out); by default, those the root manifest lists."""
     started = time.perf_counter()
     fs, root = url_to_fs(output_url, **(storage_options or {}))
     root = root.rstrip("/")
@@ -167,7 +192,8 @@ def publish_run(
             write_file_atomically(fs, _join(table_folder, name), data, secrets=secrets)
             names.append(name)
         tables[table] = {"files": [f"{snapshot_folder}/{table}/{name}" for name in names], "rows": rows}
-    kept = (_kept_snapshots(fs, root, secrets) + [run_id])[-keep:]
+    before = _kept_snapshots(fs, root, secrets) if previous_kept is None else list(previous_kept)
+    kept = ([name for name in before if name != run_id] + [run_id])[-keep:]
     manifest = {
         "format": DATASET_FORMAT,
         "schema_version": SCHEMA_VERSION,
@@ -203,15 +229,19 @@ def _list_folder(fs, folder: str, secrets: tuple[str, ...]) -> list[str]:
 
 
 def _kept_snapshots(fs, root: str, secrets: tuple[str, ...]) -> list[str]:
-    """The snapshots the current root manifest keeps, oldest first (none for a new output)."""
+    """The snapshots the current root manifest keeps, oldest first (none for a new output, or when the root
+    manifest is damaged: then no snapshot it named can be trusted)."""
     try:
         data = storage_call(lambda: fs.cat_file(_join(root, MANIFEST_NAME)), storage_url(fs, root), "read", secrets)
     except FileNotFoundError:
         return []
-    manifest = json.loads(data)
-    if "snapshots" in manifest:
-        return list(manifest["snapshots"])
-    return [manifest["snapshot"]] if "snapshot" in manifest else []
+    try:
+        manifest = json.loads(data)
+    except (ValueError, RecursionError):
+        return []
+    if manifest_problem(manifest) is not None:
+        return []
+    return list(manifest.get("snapshots") or [manifest["snapshot"]])
 
 
 def _remove_unneeded(fs, root: str, kept: list[str], secrets: tuple[str, ...]) -> None:
@@ -254,43 +284,372 @@ def _remove_tree(fs, path: str, secrets: tuple[str, ...] = ()) -> None:
     storage_call(remove, storage_url(fs, path), "delete", secrets)
 
 
+# ---------------------------------------------------------------------------------------- verifying
+
+#: A part file's name: ``part-<shard>-<first 16 hex digits of the SHA-256 of its bytes>.parquet``. The hash
+#: lets every read of a part check that it got the bytes that were written.
+PART_NAME = re.compile(r"part-(\d{5})-([0-9a-f]{16})\.parquet")
+# Snapshot ids are run ids (``20261130T101500.123456Z-3f9a1c``): no slash, no leading dot, so no ``..``.
+_SNAPSHOT_ID = re.compile(r"[0-9A-Za-z][0-9A-Za-z._-]*")
+
+
+def verify_part(url: str, data: bytes) -> None:
+    """Raise :class:`DamagedDatasetError` unless ``data``, read from the part at ``url``, hashes to the value
+    its name carries."""
+    match = PART_NAME.fullmatch(posixpath.basename(url))
+    if match is None or hashlib.sha256(data).hexdigest()[:16] != match.group(2):
+        raise DamagedDatasetError(
+            f"part {url} is damaged: its bytes do not match the hash in its name (truncated or changed); "
+            "the next chunkline run on this output rebuilds from the inputs"
+        )
+
+
+def _shown(value: Any, limit: int = 200) -> str:
+    """``value`` as it may appear in a one-line message: its repr (newlines escaped), cut at ``limit``."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def manifest_problem(manifest: Any, snapshot: str | None = None) -> str | None:
+    """What is wrong with a parsed manifest (of ``snapshot``, if given), or None if it is well formed.
+
+    Nothing in a manifest is trusted before this: every file it names must be a part file inside its own
+    snapshot's folder for that table (``snapshots/<id>/<table>/part-<shard>-<hash>.parquet``: no ``..``,
+    no absolute path, no other table's or snapshot's folder), at most one per shard, and every row count a
+    count. Whether the parts exist and hold those rows is :func:`verify_snapshot`'s to check."""
+    if not isinstance(manifest, dict):
+        return "it is not a JSON object"
+    if manifest.get("format") != DATASET_FORMAT:
+        return f"its format is {_shown(manifest.get('format'))}, not {DATASET_FORMAT!r}"
+    name = manifest.get("snapshot")
+    if not isinstance(name, str) or not _SNAPSHOT_ID.fullmatch(name):
+        return f"its snapshot id {_shown(name)} is not a valid id"
+    if snapshot is not None and name != snapshot:
+        return f"it names snapshot {name}, not {snapshot}"
+    kept = manifest.get("snapshots", [name])
+    well_formed = isinstance(kept, list) and all(isinstance(item, str) and _SNAPSHOT_ID.fullmatch(item) for item in kept)
+    if not well_formed or kept[-1:] != [name]:
+        return "its list of kept snapshots is not valid"
+    output = (manifest.get("config") or {}).get("output") if isinstance(manifest.get("config"), dict) else None
+    shards = (output or {}).get("shards", 1) if isinstance(output, dict) else 1
+    if not _is_count(shards) or shards < 1:
+        return f"its shard count {_shown(shards)} is not a positive count"
+    tables = manifest.get("tables")
+    if not isinstance(tables, dict):
+        return "it lists no tables"
+    for table in ROW_TABLES:
+        if table not in tables:
+            return f"it lists no {table} table"
+    for table, entry in tables.items():
+        if table not in TABLE_SCHEMAS:
+            return f"it lists an unknown table {_shown(table)}"
+        if not isinstance(entry, dict) or not isinstance(entry.get("files"), list) or not entry["files"]:
+            return f"its {table} table lists no files"
+        if not _is_count(entry.get("rows")):
+            return f"its {table} row count {_shown(entry.get('rows'))} is not a count"
+        folder = f"{SNAPSHOTS_FOLDER}/{name}/{table}/"
+        seen_shards: set[int] = set()
+        for file in entry["files"]:
+            match = PART_NAME.fullmatch(file[len(folder) :]) if isinstance(file, str) and file.startswith(folder) else None
+            if match is None:
+                return f"its {table} table names {_shown(file)}, which is not a part file of {folder}"
+            shard = int(match.group(1))
+            if shard >= shards or shard in seen_shards:
+                return f"its {table} table names {file}, a second part of shard {shard} or one past its {shards} shards"
+            seen_shards.add(shard)
+    return None
+
+
+def _parse_manifest(data: bytes) -> tuple[dict[str, Any] | None, str | None]:
+    """(the manifest, None) or (None, what is wrong with it)."""
+    try:
+        manifest = json.loads(data)
+    except (ValueError, RecursionError):
+        return None, "it is not valid JSON (truncated or changed)"
+    problem = manifest_problem(manifest)
+    return (None, problem) if problem else (manifest, None)
+
+
+def _parts_problem(
+    fs, root: str, manifest: dict[str, Any], secrets: tuple[str, ...], *, read_tables: tuple[str, ...]
+) -> str | None:
+    """What is wrong with a well-formed manifest's parts, or None if they verify.
+
+    Each table folder must hold exactly the parts the manifest names (no part missing, none it does not
+    name); the parts of ``read_tables`` are read whole, each checked against the hash in its name, and their
+    footers' row counts against the manifest's."""
+    snapshot = manifest["snapshot"]
+    for table, entry in manifest["tables"].items():
+        names = entry["files"]
+        folder = _join(root, SNAPSHOTS_FOLDER, snapshot, table)
+        present = {
+            f"{SNAPSHOTS_FOLDER}/{snapshot}/{table}/{posixpath.basename(path)}"
+            for path in list_files(fs, folder, secrets)
+            if path.endswith(".parquet") and posixpath.dirname(path).rstrip("/") == folder.rstrip("/")
+        }
+        missing = [name for name in names if name not in present]
+        if missing:
+            return f"part {missing[0]} is missing"
+        unnamed = sorted(present - set(names))
+        if unnamed:
+            return f"its {table} folder holds {unnamed[0]}, which its manifest does not name"
+        if table not in read_tables:
+            continue
+        rows = 0
+        for name in names:
+            path = _join(root, name)
+            try:
+                data = storage_call(lambda path=path: fs.cat_file(path), storage_url(fs, path), "read", secrets)
+            except FileNotFoundError:
+                return f"part {name} is missing"
+            try:
+                verify_part(name, data)
+                rows += pq.ParquetFile(pa.BufferReader(data)).metadata.num_rows
+            except DamagedDatasetError:
+                return f"part {name} does not match the hash in its name (truncated or changed)"
+            except Exception:  # the right hash but no Parquet footer: damaged all the same
+                return f"part {name} cannot be read as Parquet"
+        if rows != entry["rows"]:
+            return f"its {table} parts hold {rows} rows, but its manifest says {entry['rows']}"
+    return None
+
+
+def _damaged_message(url: str, snapshot: str, problem: str, kept: list[str]) -> str:
+    others = [name for name in kept if name != snapshot]
+    message = f"snapshot {snapshot} of {url} is damaged: {problem}; the next chunkline run on this output rebuilds it"
+    if others:
+        message += f", or read a kept snapshot ({', '.join(others)}) with --snapshot ID"
+    return message
+
+
+def verify_snapshot(url: str, manifest: dict[str, Any], storage_options: dict[str, Any] | None = None) -> None:
+    """Raise :class:`DamagedDatasetError` (one line naming the part or the count) unless the snapshot that
+    ``manifest`` (from :func:`read_manifest`) describes is whole: every part present and named, each part's
+    bytes matching the hash in its name, and each table's row count its parts' footers'."""
+    fs, root = url_to_fs(url, **(storage_options or {}))
+    secrets = tuple(storage_secrets(storage_options or {}))
+    problem = _parts_problem(fs, root.rstrip("/"), manifest, secrets, read_tables=tuple(manifest["tables"]))
+    if problem:
+        raise DamagedDatasetError(_damaged_message(url, manifest["snapshot"], problem, list(manifest.get("snapshots") or [])))
+
+
+@dataclass(frozen=True)
+class OutputState:
+    """What a run may build on at its output, as :func:`verify_output` found it."""
+
+    manifest: dict[str, Any] | None
+    """The manifest of the newest kept snapshot that verifies (None: a new output, or none verifies)."""
+    latest_trusted: bool
+    """True when that snapshot is the one the root manifest publishes (an incremental run may build on it)."""
+    damage: tuple[str, ...] = ()
+    """One line per damaged thing found (the root manifest, a snapshot, a part)."""
+    kept: tuple[str, ...] | None = None
+    """The snapshots from before this run that the next root manifest keeps, oldest first (damaged ones
+    left out); None for a new output."""
+    repaired: tuple[str, ...] = ()
+    """What was put right on the way (``_SUCCESS``, a snapshot's own copy of the root manifest)."""
+    root_damaged: bool = False
+    """The root manifest could not be trusted: the run publishes a new one."""
+    damaged_snapshots: tuple[str, ...] = ()
+    """The kept snapshots that failed verification (no longer kept), newest first."""
+
+
+def verify_output(
+    output_url: str, storage_options: dict[str, Any] | None = None, secrets: tuple[str, ...] = (), *, repair: bool = True
+) -> OutputState:
+    """Check the output's published state before a run builds on it; call it with the output's lock held.
+
+    The root manifest must parse and be well formed (:func:`manifest_problem`); then the kept snapshots are
+    tried newest first until one verifies: its parts present and named, the chunks, documents and errors
+    parts (what a run reads, carries over or copies) hashing to their names, its row counts its parts'. A
+    snapshot that fails is never built on. When the root manifest itself is damaged (it does not parse, or
+    its file list or counts do not match the published snapshot while the snapshot's own manifest does),
+    it is not trusted: the snapshot folders are tried newest first through their own manifests, and the run
+    publishes a new root manifest. Older kept snapshots are only checked to have a well-formed manifest of
+    their own (their parts are verified whenever they are read); those that have none are no longer kept.
+
+    With ``repair``, a ``_SUCCESS`` that names another snapshot than the root manifest is rewritten (or
+    removed when no root manifest can be trusted), and the published snapshot's own copy of the root
+    manifest is restored from it."""
+    fs, root = url_to_fs(output_url, **(storage_options or {}))
+    root = root.rstrip("/")
+    root_path = _join(root, MANIFEST_NAME)
+    try:
+        root_bytes = storage_call(lambda: fs.cat_file(root_path), storage_url(fs, root_path), "read", secrets)
+    except FileNotFoundError:
+        return OutputState(None, False)
+    published, root_problem = _parse_manifest(root_bytes)
+    damage: list[str] = []
+    repaired: list[str] = []
+
+    def own_manifest(name: str) -> tuple[dict[str, Any] | None, str | None]:
+        path = _join(root, SNAPSHOTS_FOLDER, name, MANIFEST_NAME)
+        try:
+            data = storage_call(lambda: fs.cat_file(path), storage_url(fs, path), "read", secrets)
+        except FileNotFoundError:
+            return None, f"its manifest {SNAPSHOTS_FOLDER}/{name}/{MANIFEST_NAME} is missing"
+        manifest, problem = _parse_manifest(data)
+        if manifest is not None and manifest["snapshot"] != name:
+            return None, f"its manifest names snapshot {manifest['snapshot']}"
+        return manifest, (f"its manifest is damaged: {problem}" if problem else None)
+
+    if published is None:
+        damage.append(f"the root manifest {storage_url(fs, root_path)} is damaged: {root_problem}")
+        candidates = list(reversed(_list_folder(fs, _join(root, SNAPSHOTS_FOLDER), secrets)))
+    else:
+        candidates = list(reversed(published.get("snapshots") or [published["snapshot"]]))
+    chosen: dict[str, Any] | None = None
+    root_damaged = published is None
+    dropped: set[str] = set()
+    for name in candidates:
+        if published is not None and name == published["snapshot"]:
+            manifest, problem = published, None
+        else:
+            manifest, problem = own_manifest(name)
+        if chosen is not None:  # an older kept snapshot: its manifest must still be there to be kept
+            if problem:
+                damage.append(f"kept snapshot {name} is damaged: {problem}; it is no longer kept")
+                dropped.add(name)
+            continue
+        if problem is None:
+            problem = _parts_problem(fs, root, manifest, secrets, read_tables=ROW_TABLES)
+        if problem is not None and manifest is published:
+            # The root manifest may be what is wrong: the snapshot's own copy, if it differs and verifies,
+            # describes the snapshot as it was published.
+            own, own_problem = own_manifest(name)
+            if own is not None and own != published and not _parts_problem(fs, root, own, secrets, read_tables=ROW_TABLES):
+                damage.append(f"the root manifest {storage_url(fs, root_path)} is damaged: {problem}")
+                chosen, root_damaged = own, True
+                continue
+        if problem is None:
+            chosen = manifest
+        elif published is not None:
+            damage.append(f"snapshot {name} is damaged: {problem}")
+            dropped.add(name)
+    if published is None:
+        kept: tuple[str, ...] = (chosen["snapshot"],) if chosen else ()
+    else:
+        kept = tuple(name for name in (published.get("snapshots") or [published["snapshot"]]) if name not in dropped)
+    if repair:
+        repaired += _repair_success(fs, root, published["snapshot"] if published is not None else None, secrets)
+    latest_trusted = chosen is not None and not root_damaged and chosen["snapshot"] == published["snapshot"]
+    if latest_trusted and repair:
+        own, own_problem = own_manifest(published["snapshot"])
+        if own != published:
+            # Its own copy holds the root manifest's bytes, written just before the commit point.
+            own_path = _join(root, SNAPSHOTS_FOLDER, published["snapshot"], MANIFEST_NAME)
+            write_file_atomically(fs, own_path, root_bytes, secrets=secrets)
+            repaired.append(
+                f"snapshot {published['snapshot']}: {own_problem or 'its manifest differed from the root manifest'}; "
+                "restored from the root manifest"
+            )
+    damaged_snapshots = tuple(name for name in candidates if name in dropped)
+    return OutputState(chosen, latest_trusted, tuple(damage), kept, tuple(repaired), root_damaged, damaged_snapshots)
+
+
+def _repair_success(fs, root: str, published: str | None, secrets: tuple[str, ...]) -> list[str]:
+    """Make ``_SUCCESS`` name the ``published`` snapshot (remove it when there is none to trust); returns
+    what was repaired. A run killed right after its commit point leaves it naming the snapshot before."""
+    path = _join(root, SUCCESS_NAME)
+    try:
+        success = storage_call(lambda: fs.cat_file(path), storage_url(fs, path), "read", secrets)
+    except FileNotFoundError:
+        success = None
+    expected = f"{published}\n".encode() if published is not None else None
+    if success == expected:
+        return []
+    named = _shown((success or b"").decode("utf-8", "replace").strip(), 80) if success else "nothing"
+    if expected is None:
+        _remove_tree(fs, path, secrets)
+        return [f"{SUCCESS_NAME}: it named {named}, but no root manifest can be trusted; removed"]
+    write_file_atomically(fs, path, expected, secrets=secrets)
+    return [f"{SUCCESS_NAME}: it named {named}, not the published snapshot {published}; rewritten"]
+
+
+# ------------------------------------------------------------------------------------------ reading
+
+
 def read_manifest(url: str, storage_options: dict[str, Any] | None = None, *, snapshot: str | None = None) -> dict[str, Any]:
     """The manifest of the dataset published at ``url``: its latest snapshot's, or that of ``snapshot``,
-    one of the snapshots the latest manifest keeps (see :func:`list_snapshots`)."""
+    one of the snapshots the latest manifest keeps (see :func:`list_snapshots`).
+
+    A manifest that does not parse or is not well formed (:func:`manifest_problem`) raises
+    :class:`DamagedDatasetError`. When the root manifest is damaged, a ``snapshot`` is still read from its
+    own folder's manifest."""
     fs, root = url_to_fs(url, **(storage_options or {}))
     root = root.rstrip("/")
     secrets = tuple(storage_secrets(storage_options or {}))
     path = _join(root, MANIFEST_NAME)
     try:
-        manifest = json.loads(storage_call(lambda: fs.cat_file(path), storage_url(fs, path), "read", secrets))
+        data = storage_call(lambda: fs.cat_file(path), storage_url(fs, path), "read", secrets)
     except FileNotFoundError:
         raise DatasetNotFoundError(f"no chunkline dataset at {url}: {MANIFEST_NAME} not found") from None
-    if manifest.get("format") != DATASET_FORMAT:
+    try:
+        manifest = json.loads(data)
+    except (ValueError, RecursionError):
+        manifest = None
+    if isinstance(manifest, dict) and manifest.get("format") != DATASET_FORMAT:
         raise DatasetNotFoundError(f"{storage_url(fs, path)} is not a chunkline manifest")
-    if snapshot is None or snapshot == manifest.get("snapshot"):
+    problem = "it is not valid JSON (truncated or changed)" if manifest is None else manifest_problem(manifest)
+    if problem:
+        if snapshot is not None:
+            return _snapshot_manifest(fs, root, url, snapshot, secrets, kept=[])
+        folders = _list_folder(fs, _join(root, SNAPSHOTS_FOLDER), secrets)
+        hint = f", or read one of the snapshot folders ({', '.join(folders[-3:])}) with --snapshot ID" if folders else ""
+        raise DamagedDatasetError(
+            f"the root manifest {storage_url(fs, path)} is damaged: {problem}; the next chunkline run on this "
+            f"output publishes a new one{hint}"
+        )
+    if snapshot is None or snapshot == manifest["snapshot"]:
         return manifest
     kept = manifest.get("snapshots", [])
     if snapshot not in kept:
         raise DatasetNotFoundError(f"no snapshot {snapshot} at {url}; kept snapshots: {', '.join(kept) or 'none'}")
+    return _snapshot_manifest(fs, root, url, snapshot, secrets, kept=kept)
+
+
+def _snapshot_manifest(fs, root: str, url: str, snapshot: str, secrets: tuple[str, ...], *, kept: list[str]) -> dict[str, Any]:
+    """The own manifest of ``snapshot``, checked to be well formed and to describe that snapshot."""
+    if not _SNAPSHOT_ID.fullmatch(snapshot):
+        raise DatasetNotFoundError(f"{_shown(snapshot)} is not a snapshot id (see chunkline inspect {url})")
     path = _join(root, SNAPSHOTS_FOLDER, snapshot, MANIFEST_NAME)
-    return json.loads(storage_call(lambda: fs.cat_file(path), storage_url(fs, path), "read", secrets))
+    try:
+        data = storage_call(lambda: fs.cat_file(path), storage_url(fs, path), "read", secrets)
+    except FileNotFoundError:
+        if not kept:
+            raise DatasetNotFoundError(f"no snapshot {snapshot} at {url}: {storage_url(fs, path)} not found") from None
+        problem = f"its manifest {storage_url(fs, path)} is missing"
+        raise DamagedDatasetError(_damaged_message(url, snapshot, problem, kept)) from None
+    manifest, problem = _parse_manifest(data)
+    if manifest is not None and manifest["snapshot"] != snapshot:
+        manifest, problem = None, f"its manifest names snapshot {manifest['snapshot']}"
+    if manifest is None:
+        raise DamagedDatasetError(_damaged_message(url, snapshot, f"its manifest is damaged: {problem}", kept))
+    return manifest
 
 
 def list_snapshots(url: str, storage_options: dict[str, Any] | None = None) -> list[str]:
     """The ids of the snapshots kept at ``url``, oldest first (the last is the latest); none if there is no
-    dataset there yet."""
+    dataset there yet. A damaged root manifest raises :class:`DamagedDatasetError`."""
     try:
         manifest = read_manifest(url, storage_options)
+    except DamagedDatasetError:
+        raise
     except DatasetNotFoundError:
         return []
-    return list(manifest.get("snapshots") or [manifest.get("snapshot") or manifest["run_id"]])
+    return list(manifest.get("snapshots") or [manifest["snapshot"]])
 
 
 def dataset_files(
     url: str, table: str = "chunks", storage_options: dict[str, Any] | None = None, *, snapshot: str | None = None
 ) -> list[str]:
     """URLs of exactly the part files of ``table`` in the latest (or the given) snapshot, for readers that
-    take a list of files or a glob (DuckDB, polars, Spark): they all sit in one folder of that snapshot."""
+    take a list of files or a glob (DuckDB, polars, Spark): they all sit in one folder of that snapshot.
+    The manifest is checked; the parts are not read here (:func:`verify_snapshot` reads and checks them)."""
     if table not in TABLE_SCHEMAS:
         raise ValueError(f"unknown table {table!r}; tables: {', '.join(TABLE_SCHEMAS)}")
     manifest = read_manifest(url, storage_options, snapshot=snapshot)
@@ -311,7 +670,9 @@ def read_dataset(
     through its manifest.
 
     Returns a ``pyarrow.Table`` (or a pandas DataFrame with ``as_pandas=True``) holding exactly the parts
-    the manifest names, so a rebuild in progress or a failed run's leftovers are never read."""
+    the manifest names, so a rebuild in progress or a failed run's leftovers are never read. Every part is
+    verified as it is read: a part missing, one whose bytes do not match the hash in its name, or parts
+    that hold other than the manifest's row count raise :class:`DamagedDatasetError`, naming the part."""
     if table not in TABLE_SCHEMAS:
         raise ValueError(f"unknown table {table!r}; tables: {', '.join(TABLE_SCHEMAS)}")
     manifest = read_manifest(url, storage_options, snapshot=snapshot)
@@ -320,11 +681,25 @@ def read_dataset(
     fs, root = url_to_fs(url, **(storage_options or {}))
     secrets = tuple(storage_secrets(storage_options or {}))
     schema = TABLE_SCHEMAS[table][0]
+    kept = list(manifest.get("snapshots") or [])
+    entry = manifest["tables"][table]
     parts = []
-    for name in manifest["tables"][table]["files"]:
+    for name in entry["files"]:
         path = _join(root.rstrip("/"), name)
-        data = storage_call(lambda path=path: fs.cat_file(path), storage_url(fs, path), "read", secrets)
+        try:
+            data = storage_call(lambda path=path: fs.cat_file(path), storage_url(fs, path), "read", secrets)
+        except FileNotFoundError:
+            raise DamagedDatasetError(_damaged_message(url, manifest["snapshot"], f"part {name} is missing", kept)) from None
+        try:
+            verify_part(name, data)
+        except DamagedDatasetError:
+            problem = f"part {name} does not match the hash in its name (truncated or changed)"
+            raise DamagedDatasetError(_damaged_message(url, manifest["snapshot"], problem, kept)) from None
         parts.append(read_parquet_bytes(data, schema, columns))
+    rows = sum(part.num_rows for part in parts)
+    if rows != entry["rows"]:
+        problem = f"its {table} parts hold {rows} rows, but its manifest says {entry['rows']}"
+        raise DamagedDatasetError(_damaged_message(url, manifest["snapshot"], problem, kept))
     if columns is not None:
         schema = pa.schema([schema.field(name) for name in columns], metadata=schema.metadata)
     result = pa.concat_tables(parts) if parts else schema.empty_table()

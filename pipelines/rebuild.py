@@ -37,6 +37,7 @@ from fsspec.implementations.local import LocalFileSystem
 from chunkline.engine import CHUNKING_VERSION
 from chunkline.pipelines.config import RunConfig
 from chunkline.pipelines.files import fresh_filesystem, with_storage_retries, write_file_atomically
+from chunkline.pipelines.publish import DamagedDatasetError, manifest_problem
 from chunkline.schemas import SCHEMA_VERSION
 from chunkline.transforms.read import SourceFile, match_input
 from chunkline.transforms.write import PreviousSnapshot, keep_plan_path, shard_of
@@ -99,6 +100,11 @@ class RebuildPlan:
 
 
 def _previous_snapshot(manifest: dict[str, Any], output_url: str) -> PreviousSnapshot:
+    """The snapshot ``manifest`` describes, as the sink reads it; a manifest naming any file outside its
+    snapshot's table folders is refused, never followed."""
+    problem = manifest_problem(manifest)
+    if problem:
+        raise DamagedDatasetError(f"the manifest of the snapshot to build on at {output_url} is damaged: {problem}")
     return PreviousSnapshot(
         root_url=output_url,
         parts={table: tuple(entry["files"]) for table, entry in manifest["tables"].items()},

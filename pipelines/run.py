@@ -37,9 +37,9 @@ from fsspec.registry import get_filesystem_class
 
 from chunkline import __version__
 from chunkline.pipelines.config import RunConfig
-from chunkline.pipelines.files import list_files, storage_url, with_storage_retries
+from chunkline.pipelines.files import list_files, scrub_secrets, storage_url, with_storage_retries
 from chunkline.pipelines.publish import (
-    DatasetNotFoundError,
+    OutputState,
     acquire_output_lock,
     discard_run,
     publish_run,
@@ -47,6 +47,7 @@ from chunkline.pipelines.publish import (
     read_manifest,
     snapshot_url,
     staging_url,
+    verify_output,
 )
 from chunkline.pipelines.rebuild import RebuildPlan, plan_rebuild, rebuild_fingerprint, write_shard_plans
 from chunkline.settings import ConfigError
@@ -225,13 +226,26 @@ def _versions(config: RunConfig) -> dict[str, str]:
     return versions
 
 
-def _previous_state(config: RunConfig) -> tuple[dict[str, Any] | None, Any]:
-    """The published manifest at the output and its documents table (None, None for a new output)."""
+@dataclass(frozen=True)
+class _PreviousState:
+    """The output as the run found it, verified, and what the run builds on."""
+
+    output: OutputState
+    documents: Any = None
+    """The documents table of the published snapshot, when it verifies (None otherwise)."""
+
+
+def _previous_state(config: RunConfig) -> _PreviousState:
+    """The output's published state, verified with the lock held (see :func:`verify_output`: a damaged
+    snapshot is never built on, and a stale ``_SUCCESS`` is put right), and the published snapshot's
+    documents table when that snapshot verifies."""
     output_url = config.output.url or ""
-    try:
-        manifest = read_manifest(output_url, config.output.storage_options)
-    except DatasetNotFoundError:
-        return None, None
+    secret_values = tuple(config.secrets())
+    state = verify_output(output_url, config.output.storage_options, secret_values)
+    for repaired in state.repaired:
+        logger.info("chunkline: %s", scrub_secrets(repaired, secret_values))
+    if not state.latest_trusted:
+        return _PreviousState(state)
     try:
         documents = read_dataset(
             output_url,
@@ -242,7 +256,38 @@ def _previous_state(config: RunConfig) -> tuple[dict[str, Any] | None, Any]:
     except Exception as error:  # an unreadable snapshot is rebuilt in full, never trusted
         logger.warning("chunkline: cannot read the published documents table (%s): rebuilding in full", type(error).__name__)
         documents = None
-    return manifest, documents
+    return _PreviousState(state, documents)
+
+
+def _plan(config: RunConfig, previous: _PreviousState) -> RebuildPlan:
+    """How the run builds its snapshot: as :func:`plan_rebuild` decides when the published snapshot
+    verifies; otherwise in full, with ``changes/`` against the newest kept snapshot that verifies, or marked
+    as a full reload when none does. Damage is reported in one warning line."""
+    state = previous.output
+    secret_values = tuple(config.secrets())
+    if state.latest_trusted or state.manifest is None and not state.damage:
+        if state.damage:  # only older kept snapshots, which are no longer kept
+            logger.warning("chunkline: %s", scrub_secrets("; ".join(state.damage), secret_values))
+        return plan_rebuild(config, state.manifest, previous.documents)
+    if state.root_damaged:
+        damaged = "the root manifest is damaged"
+    elif len(state.damaged_snapshots) == 1:
+        damaged = f"snapshot {state.damaged_snapshots[0]} is damaged"
+    else:
+        damaged = f"snapshots {', '.join(state.damaged_snapshots)} are damaged"
+    base = state.manifest
+    if base is None:
+        consequence = "no kept snapshot verifies: rebuilt in full, and changes/ mark a full reload"
+        plan = RebuildPlan("full", f"{damaged}; {consequence}")
+    else:
+        consequence = f"rebuilt in full, changes/ against snapshot {base['snapshot']}, the newest that verifies"
+        # Without a documents table to carry rows from, the plan is a full one against ``base``.
+        plan = plan_rebuild(config, base, None)
+        plan.reason = f"{damaged}; {consequence}"
+    # One line with the details (which part, which count); the plan's reason, logged and recorded, names
+    # only what is damaged.
+    logger.warning("chunkline: %s; %s", scrub_secrets("; ".join(state.damage), secret_values), consequence)
+    return plan
 
 
 def _published_snapshot(config: RunConfig) -> str | None:
@@ -263,6 +308,7 @@ def _publish(
     counts: dict[str, int],
     changes: dict[str, int],
     lock,
+    previous_kept: tuple[str, ...] | None = None,
 ):
     return publish_run(
         output_url,
@@ -273,6 +319,9 @@ def _publish(
             "rebuild_fingerprint": rebuild_fingerprint(config),
             "rebuild": {**plan.describe(), "in_process": in_process},
             "changes": changes,
+            # No snapshot to compare with: changes/ holds every document as added, and a loader that holds
+            # an earlier state must reload in full rather than apply it as a delta.
+            "full_reload": plan.previous is None,
             "versions": _versions(config),
             "counts": counts,
             "timings": {"pipeline_seconds": round(pipeline_seconds, 3)},
@@ -281,6 +330,7 @@ def _publish(
         secrets=tuple(config.secrets()),
         keep=config.output.keep,
         lock=lock,
+        previous_kept=None if previous_kept is None else list(previous_kept),
     )
 
 
@@ -299,8 +349,8 @@ def run_pipeline(config: RunConfig, beam_args: list[str] | None = None) -> RunSu
         output_url, run_id, storage_options, expiry_seconds=config.output.lock_expiry_seconds, secrets=secret_values
     )
     try:
-        previous_manifest, previous_documents = _previous_state(config)
-        plan = plan_rebuild(config, previous_manifest, previous_documents)
+        previous = _previous_state(config)
+        plan = _plan(config, previous)
         logger.info("chunkline: run %s, %s rebuild: %s", run_id, plan.mode, plan.reason)
         in_process = plan.incremental and len(plan.to_chunk) <= config.run.in_process_max_documents
         if not in_process:
@@ -322,7 +372,9 @@ def run_pipeline(config: RunConfig, beam_args: list[str] | None = None) -> RunSu
         try:
             counts = _staged_counts(output_url, run_id, config)
             changes = _change_counts(output_url, run_id, config)
-            published = _publish(output_url, run_id, config, plan, in_process, pipeline_seconds, counts, changes, lock)
+            published = _publish(
+                output_url, run_id, config, plan, in_process, pipeline_seconds, counts, changes, lock, previous.output.kept
+            )
         except BaseException:
             if _published_snapshot(config) != run_id:  # failed before the commit point: nothing of it is visible
                 discard_run(output_url, run_id, storage_options)

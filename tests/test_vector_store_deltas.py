@@ -11,6 +11,7 @@ No test here may reach the network.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -297,3 +298,86 @@ def test_a_store_whose_next_snapshot_was_dropped_is_reloaded_in_full_and_ends_ex
     after = assert_holds_exactly(store, target, dataset_url, latest)
     assert not any(row.fields["doc_id"] == DELETED for row in after)
     assert store.module.search(str(target), FAQ_QUESTION, k=1)[0]["doc_id"] == ADDED
+
+
+# --------------------------------------------------------------------------------------------------
+# Damaged outputs
+# --------------------------------------------------------------------------------------------------
+
+
+def _flip_a_bit_in_the_largest_chunks_part(output: Path, snapshot: str) -> None:
+    parts = sorted((output / "snapshots" / snapshot / "chunks").glob("part-*.parquet"), key=lambda path: -path.stat().st_size)
+    data = bytearray(parts[0].read_bytes())
+    data[len(data) // 2] ^= 0x10
+    parts[0].write_bytes(bytes(data))
+
+
+@pytest.fixture(scope="module")
+def stores_behind_a_damaged_output(tmp_path_factory) -> tuple[str, dict[str, Path], Path, list[str]]:
+    """(dataset URL, a store of each kind synced to the first snapshot, the corpus, the snapshot ids) after a
+    second run, with a document deleted and one edited, whose chunks then lost a bit."""
+    root = tmp_path_factory.mktemp("damaged")
+    corpus = write_corpus(root / "corpus")
+    output = root / "dataset"
+    first = run([corpus], output, *SETTINGS)
+    targets = {name: root / name for name in STORES}
+    for name, target in targets.items():
+        assert STORES[name].module.sync(str(output), str(target)) == ("load", [first.run_id])
+    edit_one_in_its_middle_add_one_delete_one(corpus)
+    second = run([corpus], output, *SETTINGS)
+    _flip_a_bit_in_the_largest_chunks_part(output, second.run_id)
+    return str(output), targets, corpus, [first.run_id, second.run_id]
+
+
+@pytest.mark.parametrize("name", list(STORES))
+def test_a_store_behind_a_damaged_snapshot_gets_the_repair_runs_delta_against_the_snapshot_it_holds(
+    name, stores_behind_a_damaged_output, tmp_path
+):
+    dataset_url, targets, corpus, (first, damaged) = stores_behind_a_damaged_output
+    output = tmp_path / "dataset"
+    shutil.copytree(dataset_url, output)
+    target = tmp_path / "store"
+    shutil.copytree(targets[name], target)
+    store = STORES[name]
+    repaired = run([corpus], output, *SETTINGS)
+    assert repaired.rebuild["previous_snapshot"] == first
+    assert damaged not in list_snapshots(str(output))
+
+    assert store.module.sync(str(output), str(target)) == ("changes", [repaired.run_id])
+    after = assert_holds_exactly(store, target, str(output), repaired.run_id)
+    assert not any(row.fields["doc_id"] == DELETED for row in after)
+
+
+@pytest.mark.parametrize("name", list(STORES))
+def test_a_store_is_reloaded_in_full_when_the_repair_run_found_no_snapshot_to_compare_with(
+    name, stores_behind_a_damaged_output, tmp_path
+):
+    dataset_url, targets, corpus, (first, damaged) = stores_behind_a_damaged_output
+    output = tmp_path / "dataset"
+    shutil.copytree(dataset_url, output)
+    _flip_a_bit_in_the_largest_chunks_part(output, first)
+    target = tmp_path / "store"
+    shutil.copytree(targets[name], target)
+    store = STORES[name]
+    repaired = run([corpus], output, *SETTINGS)
+    assert read_manifest(str(output))["full_reload"] is True
+
+    assert store.module.snapshots_after(str(output), first) is None
+    assert store.module.sync(str(output), str(target)) == ("load", [repaired.run_id])
+    # A delta of "every document added" would have left the deleted document's chunks; the reload did not.
+    after = assert_holds_exactly(store, target, str(output), repaired.run_id)
+    assert not any(row.fields["doc_id"] == DELETED for row in after)
+
+
+@pytest.mark.parametrize("name", list(STORES))
+def test_a_delta_that_fails_verification_is_not_applied_and_the_store_is_reloaded(name, history, tmp_path):
+    output = tmp_path / "dataset"
+    shutil.copytree(history.url, output)
+    first, second, latest = history.snapshots
+    upserts = sorted((output / "snapshots" / second / "changes" / "upserts").glob("part-*.parquet"))
+    upserts[0].write_bytes(upserts[0].read_bytes()[:-8])
+    store, target = STORES[name], tmp_path / "store"
+    store.module.load(str(output), str(target), snapshot=first)
+
+    assert store.module.sync(str(output), str(target)) == ("load", [latest])
+    assert_holds_exactly(store, target, str(output), latest)

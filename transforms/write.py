@@ -42,14 +42,13 @@ from fsspec.core import url_to_fs
 
 from chunkline.pipelines.files import (
     list_files,
-    make_parent_folder,
     parquet_bytes,
     read_file_bytes,
     read_parquet_bytes,
-    storage_call,
     storage_url,
     write_file_atomically,
 )
+from chunkline.pipelines.publish import verify_part
 from chunkline.schemas import ROW_TABLES, TABLE_SCHEMAS
 from chunkline.transforms.in_process import apply_in_process
 
@@ -249,13 +248,20 @@ class _MergeShardFn(beam.DoFn):
         schema = TABLE_SCHEMAS[table_name][0]
         tables = [schema.empty_table()]
         for path in previous_parts.get(table_name, []):
-            data = read_file_bytes(self._fs, path, secrets=self._settings.secrets)
+            data = self._read_verified(path)
             table = read_parquet_bytes(data, schema)
             if self._settings.previous.shards != self._settings.shards and table.num_rows:
                 in_shard = [shard_of(doc_id, self._settings.shards) == shard for doc_id in table.column("doc_id").to_pylist()]
                 table = table.filter(pa.array(in_shard))
             tables.append(table)
         return pa.concat_tables(tables)
+
+    def _read_verified(self, path: str) -> bytes:
+        """The bytes of a previous snapshot's part, checked against the hash its name carries: a part that
+        changed since it was written is never read, carried over or copied."""
+        data = read_file_bytes(self._fs, path, secrets=self._settings.secrets)
+        verify_part(storage_url(self._fs, path), data)
+        return data
 
     def _read_spills(self, table_name: str, shard: int) -> pa.Table:
         schema = TABLE_SCHEMAS[table_name][0]
@@ -286,14 +292,10 @@ class _MergeShardFn(beam.DoFn):
                 yield from self._write(table_name, shard, _sorted_unique(table, TABLE_SCHEMAS[table_name][1]))
                 continue
             for source in previous_parts.get(table_name, []):
+                # Read and verified, then written: a storage-side copy would carry bytes nobody checked.
+                data = self._read_verified(source)
                 destination = f"{self._snapshot_root}/{table_name}/{posixpath.basename(source)}"
-                make_parent_folder(self._fs, destination, secrets=self._settings.secrets)
-                storage_call(
-                    lambda source=source, destination=destination: self._fs.copy(source, destination),
-                    storage_url(self._fs, source),
-                    "copy",
-                    self._settings.secrets,
-                )
+                write_file_atomically(self._fs, destination, data, secrets=self._settings.secrets)
                 yield destination
         unchanged = _documents_changes(documents, documents, {}, {})
         yield from self._write("changes/documents", shard, unchanged)
