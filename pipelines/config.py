@@ -40,6 +40,7 @@ from urllib.parse import quote, unquote
 from chunkline.config import CHUNK_ENV_PREFIX, ChunkConfig
 from chunkline.settings import (
     ConfigError,
+    as_mapping,
     build_dataclass,
     deep_merge,
     env_overrides,
@@ -158,8 +159,8 @@ class RunConfig:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> RunConfig:
-        data = dict(data or {})
-        unknown = sorted(set(data) - set(_SECTIONS))
+        data = dict(as_mapping(data, "config"))
+        unknown = sorted(set(data) - set(_SECTIONS), key=str)
         if unknown:
             raise ConfigError(f"unknown section {unknown[0]!r}; sections: {', '.join(_SECTIONS)}")
         return cls(
@@ -267,6 +268,12 @@ def load_run_config(
     inputs and ``--output`` (each layer over the one before). ``require_inputs=False`` for commands that
     only read the output (``chunkline inspect``)."""
     data: dict[str, Any] = read_yaml_mapping(config_file) if config_file is not None else {}
+    unknown = sorted(set(data) - set(_SECTIONS), key=str)
+    if unknown:
+        raise ConfigError(f"{config_file}: unknown section {unknown[0]!r}; sections: {', '.join(_SECTIONS)}")
+    for section, value in data.items():
+        # Checked before the layers above are merged in, which would replace a section that is no mapping.
+        as_mapping(value, f"{config_file}: {section}")
     environment = os.environ if environ is None else environ
     data = deep_merge(data, env_overrides(environment, ENV_PREFIXES))
     data = deep_merge(data, parse_assignments(overrides, default_section="chunking"))
