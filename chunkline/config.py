@@ -49,6 +49,9 @@ _SECTIONS = frozenset({"chunking", "input", "output", "run"})
 #: byte-level BPE encoding never needs more tokens than bytes.
 MIN_MAX_TOKENS = 4
 
+#: The largest token budget: a chunk's ``token_count`` is a 32-bit column.
+MAX_MAX_TOKENS = 2**31 - 1
+
 _COMMON_KEYS = ("strategy", "max_tokens", "overlap_tokens", "tokenizer", "tokenizer_file", "section_pattern")
 
 
@@ -82,6 +85,11 @@ class ChunkConfig:
             raise ConfigError(
                 f"chunking.max_tokens must be a whole number >= {MIN_MAX_TOKENS} (one character can take "
                 f"{MIN_MAX_TOKENS} tokens), got {self.max_tokens!r}"
+            )
+        if self.max_tokens > MAX_MAX_TOKENS:
+            raise ConfigError(
+                f"chunking.max_tokens must be at most {MAX_MAX_TOKENS:,} (token_count is a 32-bit column), "
+                f"got {self.max_tokens:,}"
             )
         if (
             isinstance(self.overlap_tokens, bool)

@@ -25,10 +25,12 @@ from typing import Any, Literal, TypeVar, get_args, get_origin
 import yaml
 
 __all__ = [
+    "MAX_WHOLE_NUMBER",
     "ConfigError",
     "TextValue",
     "as_mapping",
     "build_dataclass",
+    "check_whole_number",
     "coerce",
     "deep_merge",
     "env_overrides",
@@ -39,6 +41,10 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+#: The largest value of a count or size setting: chunkline's count columns (``token_count``, ``char_count``)
+#: are 32-bit, and no useful value comes near it.
+MAX_WHOLE_NUMBER = 2**31 - 1
 
 #: A config file is a few lines of YAML; anything larger is not one (and ``/dev/zero`` never ends).
 MAX_CONFIG_FILE_BYTES = 1_000_000
@@ -215,6 +221,12 @@ def build_dataclass(cls: type[T], data: Mapping[str, Any] | None, path: str = ""
         raise
     except (ValueError, TypeError, OverflowError) as error:
         raise ConfigError(f"{path or cls.__name__}: {error}") from None
+
+
+def check_whole_number(value: object, name: str, *, minimum: int, maximum: int = MAX_WHOLE_NUMBER) -> None:
+    """Raise ``ValueError`` unless ``value`` is an int (not a bool) from ``minimum`` to ``maximum``."""
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        raise ValueError(f"{name} must be a whole number from {minimum:,} to {maximum:,}, got {value!r}")
 
 
 def coerce(value: Any, annotation: Any, path: str) -> Any:

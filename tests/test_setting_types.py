@@ -240,3 +240,69 @@ def test_every_printable_character_is_a_valid_storage_option_character():
         value = f"a{character}b"
         assert run_config(f"output.storage_options.secret={value}").output.storage_options["secret"] == value
 
+
+# --------------------------------------------------------------------------------------------------
+# numeric settings are bounded to what works
+# --------------------------------------------------------------------------------------------------
+
+HUGE = 10**21
+
+BOUNDED_SETTINGS = {
+    "input.max_file_bytes": (f"input.max_file_bytes={HUGE}", "max_file_bytes must be a whole number from 1 to 2,147,"),
+    "output.row_group_rows": (f"output.row_group_rows={HUGE}", "row_group_rows must be a whole number from 1 to"),
+    "output.keep": (f"output.keep={HUGE}", "keep must be a whole number from 1 to"),
+    "output.lock_expiry_seconds": (f"output.lock_expiry_seconds={HUGE}", "lock_expiry_seconds must be a whole number"),
+    "output.shards": ("output.shards=10001", "shards must be a whole number from 1 to 10,000"),
+    "run.workers": ("run.workers=100000", "workers must be a whole number from 0 to 256"),
+    "run.in_process_max_documents": (f"run.in_process_max_documents={HUGE}", "in_process_max_documents must be"),
+    "chunking.max_tokens": (f"max_tokens={HUGE}", "chunking.max_tokens must be at most 2,147,483,647"),
+    "chunking.regex.timeout_seconds=inf": ("chunking.regex.timeout_seconds=inf", "timeout_seconds must be"),
+    "chunking.regex.timeout_seconds=nan": ("chunking.regex.timeout_seconds=nan", "timeout_seconds must be"),
+    "chunking.regex.timeout_seconds=1e15": ("chunking.regex.timeout_seconds=1e15", "at most 86400"),
+    "chunking.sections.timeout_seconds": ("chunking.sections.timeout_seconds=inf", "timeout_seconds must be"),
+    "chunking.scored.max_chars": (f"chunking.scored.max_chars={HUGE}", "max_chars must be a whole number from 1"),
+    "chunking.scored.window_chars": (f"chunking.scored.window_chars={HUGE}", "window_chars must be"),
+    "chunking.scored.decay": ("chunking.scored.decay=nan", "decay must be a number from 0 to 1"),
+    "chunking.blocks.max_bytes": (f"chunking.blocks.max_bytes={HUGE}", "max_bytes must be a whole number from 1"),
+    "chunking.sentences.overlap": (f"chunking.sentences.overlap={HUGE}", "overlap must be a whole number of sentences"),
+    "chunking.code.overlap": (f"chunking.code.overlap={HUGE}", "overlap must be a whole number of lines"),
+    "chunking.sections.overlap": (f"chunking.sections.overlap={HUGE}", "overlap must be a whole number of sections"),
+}
+
+
+@pytest.mark.parametrize(("override", "message"), BOUNDED_SETTINGS.values(), ids=BOUNDED_SETTINGS.keys())
+def test_numeric_settings_out_of_their_working_range_are_refused_when_loaded(override, message):
+    with pytest.raises(ConfigError) as raised:
+        run_config("chunking.regex.pattern=^#", override)
+    assert message in str(raised.value)
+
+
+def test_numeric_settings_at_their_bounds_are_accepted():
+    config = run_config(
+        "input.max_file_bytes=2147483647",
+        "output.row_group_rows=2147483647",
+        "output.shards=10000",
+        "run.workers=256",
+        "max_tokens=2147483647",
+        "chunking.strategy=regex",
+        "chunking.regex.pattern=^#",
+        "chunking.regex.timeout_seconds=86400",
+    )
+    assert (config.input.max_file_bytes, config.output.row_group_rows) == (2**31 - 1, 2**31 - 1)
+    assert (config.output.shards, config.run.workers, config.chunking.max_tokens) == (10_000, 256, 2**31 - 1)
+    assert config.chunking.params.timeout_seconds == 86_400.0
+
+
+@pytest.mark.parametrize("codec", ["bogus", "lzo", "bz2", "lz4_frame", "uncompressed"])
+def test_a_compression_parquet_cannot_write_is_refused_when_loaded(codec):
+    with pytest.raises(ConfigError, match=f"compression must be one of none, snappy, .*got '{codec}'"):
+        run_config(f"output.compression={codec}")
+
+
+@pytest.mark.parametrize("codec", ["none", "snappy", "gzip", "brotli", "lz4", "lz4_raw", "zstd", "ZSTD"])
+def test_every_parquet_codec_pyarrow_has_is_accepted(codec, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    assert run_config(f"output.compression={codec}").output.compression == codec
+    pq.write_table(pa.table({"a": [1]}), tmp_path / "a.parquet", compression=codec)  # and pyarrow writes it
