@@ -103,8 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the Beam pipeline: markdown in, Parquet chunks out",
         description=(
             "Chunk every markdown file of the inputs into a Parquet dataset at --output. Inputs are fsspec "
-            "URLs: folders, files or globs, local or on object storage. Options chunkline does not know are "
-            "passed to Beam as pipeline options."
+            "URLs: folders, files or globs, local or on object storage. Options chunkline does not know must "
+            "be Beam pipeline options (--runner, --project, --direct_num_workers, ...) and are passed to Beam."
         ),
     )
     run.add_argument("inputs", nargs="*", metavar="INPUT", help="folders, files or globs (fsspec URLs)")
