@@ -92,6 +92,17 @@ def test_text_is_converted_by_the_type_of_each_setting():
     assert config.chunking.params.timeout_seconds == 2.0 and type(config.chunking.params.timeout_seconds) is float
 
 
+@given(st.integers(min_value=51, max_value=2**31 - 1), st.sampled_from(["{}", "+{}", " {} ", "0{}"]))
+def test_a_whole_number_given_as_text_is_that_number(number, spelling):
+    assert run_config("max_tokens=" + spelling.format(number)).chunking.max_tokens == number
+
+
+@given(st.sampled_from(["true", "True", "YES", "on", "1"]), st.sampled_from(["false", "No", "OFF", "0"]))
+def test_every_spelling_of_a_flag_is_read_by_its_type(true_word, false_word):
+    config = run_config(f"run.fail_on_error={true_word}", f"run.reindex={false_word}")
+    assert config.run.fail_on_error is True and config.run.reindex is False
+
+
 def test_list_items_given_as_text_stay_text():
     config = run_config("input.include=[0123, 12:30, 'a,b']")
     assert config.input.include == ("0123", "12:30", "a,b")
