@@ -29,6 +29,7 @@ from chunkline.patterns import compile_pattern
 from chunkline.registry import get_strategy
 from chunkline.settings import (
     ConfigError,
+    as_mapping,
     build_dataclass,
     deep_merge,
     env_overrides,
@@ -47,6 +48,9 @@ _SECTIONS = frozenset({"chunking", "input", "output", "run"})
 #: The smallest token budget every strategy can keep: one character is at most 4 UTF-8 bytes, and a
 #: byte-level BPE encoding never needs more tokens than bytes.
 MIN_MAX_TOKENS = 4
+
+#: The largest token budget: a chunk's ``token_count`` is a 32-bit column.
+MAX_MAX_TOKENS = 2**31 - 1
 
 _COMMON_KEYS = ("strategy", "max_tokens", "overlap_tokens", "tokenizer", "tokenizer_file", "section_pattern")
 
@@ -81,6 +85,11 @@ class ChunkConfig:
             raise ConfigError(
                 f"chunking.max_tokens must be a whole number >= {MIN_MAX_TOKENS} (one character can take "
                 f"{MIN_MAX_TOKENS} tokens), got {self.max_tokens!r}"
+            )
+        if self.max_tokens > MAX_MAX_TOKENS:
+            raise ConfigError(
+                f"chunking.max_tokens must be at most {MAX_MAX_TOKENS:,} (token_count is a 32-bit column), "
+                f"got {self.max_tokens:,}"
             )
         if (
             isinstance(self.overlap_tokens, bool)
@@ -130,7 +139,7 @@ class ChunkConfig:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None, path: str = "chunking") -> ChunkConfig:
         """A config from the mapping of a ``chunking`` section; strategy sections are checked too."""
-        data = dict(data or {})
+        data = dict(as_mapping(data, path))
         common = {key: data.pop(key) for key in _COMMON_KEYS if key in data}
         strategy_name = common.get("strategy", cls.strategy)
         if not isinstance(strategy_name, str):
@@ -187,14 +196,14 @@ def load_chunk_config(
     data: dict[str, Any] = {}
     if config_file is not None:
         file_data = read_yaml_mapping(config_file)
-        unknown = sorted(set(file_data) - _SECTIONS)
+        unknown = sorted(set(file_data) - _SECTIONS, key=str)
         if unknown:
             raise ConfigError(f"{config_file}: unknown section {unknown[0]!r}")
-        data = dict(file_data.get("chunking") or {})
+        data = dict(as_mapping(file_data.get("chunking"), "chunking"))
     environment = os.environ if environ is None else environ
     data = deep_merge(data, env_overrides(environment, {CHUNK_ENV_PREFIX: "chunking"}).get("chunking", {}))
     assigned = parse_assignments(overrides, default_section="chunking")
-    unknown = sorted(set(assigned) - _SECTIONS)
+    unknown = sorted(set(assigned) - _SECTIONS, key=str)
     if unknown:
         raise ConfigError(f"unknown section {unknown[0]!r} in --set; sections: {', '.join(sorted(_SECTIONS))}")
     data = deep_merge(data, assigned.get("chunking", {}))

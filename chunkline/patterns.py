@@ -13,6 +13,7 @@ import regex
 
 __all__ = [
     "DEFAULT_TIMEOUT_SECONDS",
+    "MAX_TIMEOUT_SECONDS",
     "RegexTimeoutError",
     "check_timeout",
     "compile_pattern",
@@ -37,10 +38,21 @@ def compile_pattern(pattern: str, flags: int = 0) -> regex.Pattern:
         raise ValueError(f"pattern {pattern!r} is not a valid regular expression: {error}") from None
 
 
+#: The longest time limit: the regex module treats a larger one (1e15 s and up) as already spent.
+MAX_TIMEOUT_SECONDS = 86_400.0
+
+
 def check_timeout(timeout_seconds: object) -> None:
-    """A time limit is a positive number of seconds."""
-    if isinstance(timeout_seconds, bool) or not isinstance(timeout_seconds, (int, float)) or not timeout_seconds > 0:
-        raise ValueError(f"timeout_seconds must be a number of seconds > 0, got {timeout_seconds!r}")
+    """A time limit is a finite, positive number of seconds, at most :data:`MAX_TIMEOUT_SECONDS`."""
+    if (
+        isinstance(timeout_seconds, bool)
+        or not isinstance(timeout_seconds, (int, float))
+        or not 0 < timeout_seconds <= MAX_TIMEOUT_SECONDS  # also refuses nan and inf
+    ):
+        raise ValueError(
+            f"timeout_seconds must be a number of seconds > 0 and at most {MAX_TIMEOUT_SECONDS:g}, "
+            f"got {timeout_seconds!r}"
+        )
 
 
 def finditer_within(compiled: regex.Pattern, text: str, timeout_seconds: float, setting: str = "pattern"):

@@ -134,13 +134,42 @@ def _bundled_rank_files() -> Iterator[Path]:
             yield from sorted(data.glob("*.tiktoken"))
 
 
-def _read_configured_file(url: str) -> bytes:
-    if "://" not in url and "::" not in url:
-        return Path(os.path.expanduser(url)).read_bytes()
-    import fsspec  # only for configured remote files
+#: The largest rank file read: a real one is a few MB (cl100k_base 1.7 MB, o200k_base 3.6 MB).
+MAX_TOKENIZER_FILE_BYTES = 64 * 2**20
 
-    with fsspec.open(url, "rb") as handle:
-        return handle.read()
+
+def _read_configured_file(url: str) -> bytes:
+    """The bytes of a configured rank file: a regular file of at most :data:`MAX_TOKENIZER_FILE_BYTES`
+    (``/dev/zero`` or a FIFO would be read until memory runs out)."""
+    if "://" not in url and "::" not in url:
+        path = Path(os.path.expanduser(url))
+        if not path.is_file():
+            problem = "no such file" if not path.exists() else "a folder" if path.is_dir() else "not a regular file"
+            raise ValueError(problem)
+        size = path.stat().st_size
+        opener = path.open
+    else:
+        from fsspec.core import url_to_fs  # only for configured remote files
+
+        fs, remote_path = url_to_fs(url)
+        try:
+            info = fs.info(remote_path)
+        except FileNotFoundError:
+            raise ValueError("no such file") from None
+        if info.get("type") != "file":
+            raise ValueError(f"not a file ({info.get('type')})")
+        size = info.get("size") or 0
+
+        def opener(mode: str):
+            return fs.open(remote_path, mode)
+
+    if size > MAX_TOKENIZER_FILE_BYTES:
+        raise ValueError(f"{size:,} bytes, over the {MAX_TOKENIZER_FILE_BYTES // 2**20} MB a rank file can have")
+    with opener("rb") as handle:
+        contents = handle.read(MAX_TOKENIZER_FILE_BYTES + 1)
+    if len(contents) > MAX_TOKENIZER_FILE_BYTES:  # it grew while it was read
+        raise ValueError(f"over the {MAX_TOKENIZER_FILE_BYTES // 2**20} MB a rank file can have")
+    return contents
 
 
 def _parse_rank_file(contents: bytes) -> dict[bytes, int]:
@@ -165,11 +194,11 @@ class _OfflineRankLoader:
         if self.configured_file:
             try:
                 contents = _read_configured_file(self.configured_file)
-            except (OSError, ValueError) as error:
+            except (OSError, ValueError, ImportError) as error:
                 raise TokenizerUnavailableError(
-                    f"tokenizer_file {self.configured_file!r} for encoding {self.encoding_name!r} "
-                    f"cannot be read: {error}"
-                ) from error
+                    f"chunking.tokenizer_file {self.configured_file!r} for encoding {self.encoding_name!r} "
+                    f"cannot be read: {error}; point it at the encoding's .tiktoken file"
+                ) from None
             source = self.configured_file
         else:
             bundled = {path.name: path for path in _bundled_rank_files()}
@@ -191,7 +220,12 @@ class _OfflineRankLoader:
                     f"sha256 {actual}, expected {expected_hash}."
                 )
         self.source = source
-        return _parse_rank_file(contents)
+        try:
+            return _parse_rank_file(contents)
+        except (ValueError, binascii.Error) as error:  # binascii.Error is a ValueError; named for the reader
+            raise TokenizerUnavailableError(
+                f"{source} is not a .tiktoken rank file for encoding {self.encoding_name!r}: {error}"
+            ) from None
 
     def data_gym_to_mergeable_bpe_ranks(self, *args: Any, **kwargs: Any) -> dict[bytes, int]:
         raise TokenizerUnavailableError(
@@ -235,7 +269,10 @@ def load_encoding(name: str = "cl100k_base", tokenizer_file: str | None = None) 
                     module_globals[key] = value
     spec = dict(spec)
     spec["name"] = name
-    return tiktoken.Encoding(**spec)
+    try:
+        return tiktoken.Encoding(**spec)
+    except ValueError as error:  # ranks that do not fit the encoding's special tokens
+        raise TokenizerUnavailableError(f"encoding {name!r} cannot be built from {loader.source}: {error}") from None
 
 
 def get_token_counter(name: str = "cl100k_base", tokenizer_file: str | None = None) -> TiktokenCounter:

@@ -7,7 +7,8 @@
     List the registered chunking strategies with their parameters and defaults.
 ``chunkline run INPUT... --output URL``
     The Beam pipeline: chunk a corpus on any fsspec storage into a Parquet dataset. Arguments chunkline does
-    not know are Beam pipeline options (``--runner DataflowRunner --project ...``).
+    not know must be Beam pipeline options (``--runner DataflowRunner --project ...``); anything else is
+    refused with a hint (``--max-tokens 128``: did you mean ``--set max_tokens=128``?).
 ``chunkline inspect URL [--snapshot ID] [--html FILE]``
     Summarize a published dataset (its latest snapshot, or a kept one): tables, documents by status, token
     histogram, errors; ``--html`` also writes a self-contained HTML report with charts.
@@ -15,6 +16,10 @@
 Settings come from ``--config FILE`` (its ``chunking`` section), ``CHUNKLINE_CHUNK_*`` environment
 variables and ``--set key=value`` (``--set max_tokens=256`` or ``--set chunking.headings.max_heading_level=2``),
 in that order of precedence, lowest first.
+
+Every mistake ends with one line on stderr naming what is wrong and what to do, and exit status 2 for a
+usage or config error, 1 for a run that failed; ``CHUNKLINE_DEBUG=1`` adds the traceback of an unexpected
+error.
 """
 
 from __future__ import annotations
@@ -23,29 +28,48 @@ import argparse
 import json
 import logging
 import os
+import re
 import sys
 import time
 import traceback
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from chunkline import __version__
 from chunkline.config import ChunkConfig, ConfigError, load_chunk_config
 from chunkline.engine import chunk_document
+from chunkline.pipelines.files import StorageError, scrub_secrets
 from chunkline.pipelines.publish import ConcurrentRunError, DatasetNotFoundError
 from chunkline.record import Chunk
 from chunkline.registry import available_strategies, get_strategy
 from chunkline.structure import parse_markdown
 from chunkline.tokenizers import TokenizerUnavailableError, get_token_counter
 
+if TYPE_CHECKING:
+    from chunkline.pipelines.config import RunConfig
+
 __all__ = ["main", "console_main", "build_parser"]
 
 MARKDOWN_SUFFIXES = (".md", ".markdown")
 
+#: Set (to anything but empty) to see the traceback of an unexpected error.
+DEBUG_ENV = "CHUNKLINE_DEBUG"
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line: the command, the problem, where help is."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
+class _UsageError(Exception):
+    """An argument no option recognises; the message says which and what was probably meant."""
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _OneLineParser(
         prog="chunkline",
         description="Markdown chunking for retrieval pipelines: exact positions, heading paths, token-exact limits.",
     )
@@ -67,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     chunk.add_argument(
         "--preview-chars",
-        type=int,
+        type=_count,
         default=60,
         metavar="N",
         help="characters of each chunk's text shown in the table (default 60)",
@@ -79,8 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the Beam pipeline: markdown in, Parquet chunks out",
         description=(
             "Chunk every markdown file of the inputs into a Parquet dataset at --output. Inputs are fsspec "
-            "URLs: folders, files or globs, local or on object storage. Options chunkline does not know are "
-            "passed to Beam as pipeline options."
+            "URLs: folders, files or globs, local or on object storage. Options chunkline does not know must "
+            "be Beam pipeline options (--runner, --project, --direct_num_workers, ...) and are passed to Beam."
         ),
     )
     run.add_argument("inputs", nargs="*", metavar="INPUT", help="folders, files or globs (fsspec URLs)")
@@ -113,7 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     inspect.add_argument("url", metavar="URL", help="the dataset's location (fsspec URL)")
     _add_settings_arguments(inspect)
-    inspect.add_argument("--errors", type=int, default=10, metavar="N", help="error rows to show (default 10)")
+    inspect.add_argument("--errors", type=_count, default=10, metavar="N", help="error rows to show (default 10)")
     inspect.add_argument(
         "--snapshot",
         metavar="ID",
@@ -147,22 +171,149 @@ def _add_settings_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _count(text: str) -> int:
+    """A whole number >= 0, for options such as ``--preview-chars``."""
+    if not re.fullmatch(r"[0-9]+", text.strip()):
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return int(text)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the process exit code."""
     parser = build_parser()
-    arguments, extra = parser.parse_known_args(argv)
-    if extra and arguments.command != "run":
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    arguments.beam_args = extra
-    _configure_logging()
+    _configure_logging()  # before Beam is imported to check the run's Beam options
+    try:
+        arguments = _parse_arguments(parser, list(sys.argv[1:] if argv is None else argv))
+    except SystemExit as exit_request:  # --help, --version, or a usage error argparse printed on one line
+        return exit_request.code if isinstance(exit_request.code, int) else 0 if exit_request.code is None else 2
+    except _UsageError as error:
+        print(f"chunkline: error: {error}", file=sys.stderr)
+        return 2
+    arguments.secrets = ()
     try:
         return arguments.handler(arguments)
     except (ConfigError, TokenizerUnavailableError, DatasetNotFoundError, ConcurrentRunError) as error:
-        print(f"chunkline: error: {error}", file=sys.stderr)
+        _print_error(arguments, str(error))
         return 2
     except BrokenPipeError:  # `chunkline chunk ... | head`
         sys.stderr.close()
         return 0
+    except StorageError as error:  # its message names the URL and the operation
+        _print_error(arguments, str(error))
+        return 1
+    except Exception as error:
+        if os.environ.get(DEBUG_ENV):
+            raise
+        _print_error(
+            arguments, f"{_first_line(error)} ({type(error).__name__}; rerun with {DEBUG_ENV}=1 for the traceback)"
+        )
+        return 1
+
+
+def _print_error(arguments: argparse.Namespace, message: str) -> None:
+    """One line on stderr, with every credential of the command's config replaced by ``***``."""
+    message = " ".join(scrub_secrets(message, tuple(arguments.secrets)).split())
+    print(f"chunkline: error: {message}", file=sys.stderr)
+
+
+def _first_line(error: BaseException) -> str:
+    """What an unexpected error says, in one line: a runner's error may carry a worker's whole traceback,
+    whose last line is the error itself."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    if not lines:
+        return type(error).__name__
+    return lines[-1] if lines[0].startswith("Traceback") else lines[0]
+
+
+def _parse_arguments(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """The parsed command line; for ``run``, the arguments chunkline does not know are kept as
+    ``beam_args`` when Beam recognises them as pipeline options, and refused otherwise."""
+    command = _subcommand_parser(parser, argv[0]) if argv else None
+    beam_options = None
+    if argv and argv[0] == "run":
+        from chunkline.pipelines.beam_options import BeamOptionError, BeamOptions
+
+        try:
+            beam_options = BeamOptions(argv[1:])
+        except BeamOptionError as error:
+            raise _UsageError(str(error)) from None
+        argv = ["run", *beam_options.bind_values(argv[1:], _own_flags(command))]
+    arguments, extra = parser.parse_known_args(argv)
+    unknown = extra
+    if beam_options is not None:
+        try:
+            unknown = beam_options.unrecognised(extra)
+        except BeamOptionError as error:
+            raise _UsageError(f"Beam option: {error}") from None
+    if unknown:
+        flags = _own_flags(command) + (beam_options.flags if beam_options is not None else [])
+        raise _UsageError(_describe_unknown(arguments.command, unknown, flags))
+    arguments.beam_args = extra
+    return arguments
+
+
+def _subcommand_parser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser | None:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return action.choices.get(name)
+    return None
+
+
+def _own_flags(parser: argparse.ArgumentParser | None) -> list[str]:
+    if parser is None:
+        return []
+    return [flag for action in parser._actions for flag in action.option_strings if flag.startswith("--")]
+
+
+def _setting_names() -> dict[str, str]:
+    """Each setting's last name -> its ``--set`` key (``max_tokens`` -> ``max_tokens``, ``shards`` ->
+    ``output.shards``), the first one for a name two settings share. Storage options are left out: their
+    values are credentials, and a hint repeats the value."""
+    import dataclasses
+
+    from chunkline.pipelines.config import InputConfig, OutputConfig, RunSettings
+
+    names = {field.name: field.name for field in dataclasses.fields(ChunkConfig) if field.name != "params"}
+    for section, cls in (("input", InputConfig), ("output", OutputConfig), ("run", RunSettings)):
+        for field in dataclasses.fields(cls):
+            if field.name != "storage_options":
+                names.setdefault(field.name, f"{section}.{field.name}")
+    for strategy in available_strategies():
+        for parameter, _, _ in get_strategy(strategy).parameters():
+            names.setdefault(parameter, f"chunking.{strategy}.{parameter}")
+    return names
+
+
+def _describe_unknown(command: str, unknown: list[str], flags: list[str]) -> str:
+    """The error for the first argument no option recognises, with the likeliest meaning."""
+    import difflib
+
+    options = [argument for argument in unknown if argument.startswith("-")]
+    if not options:
+        # A stray positional: an INPUT after an option. Quoted only when it is a path that exists, since a
+        # mistyped `--set key value` would otherwise echo the value.
+        shown = f" {unknown[0]}" if Path(unknown[0]).exists() else ""
+        return (
+            f"unexpected argument{shown} after the options of `chunkline {command}`: give every INPUT "
+            "together, before the options"
+        )
+    flag, equals, value = options[0].partition("=")
+    if not equals:
+        position = unknown.index(options[0])
+        following = unknown[position + 1] if position + 1 < len(unknown) else ""
+        value = following if following and not following.startswith("-") else "VALUE"
+    name = flag.lstrip("-").replace("-", "_")
+    settings = _setting_names()
+    if name in settings:
+        return f"unknown option {flag}; did you mean `--set {settings[name]}={value}`?"
+    close = difflib.get_close_matches(flag, flags, n=1, cutoff=0.75)
+    if close:
+        return f"unknown option {flag}; did you mean {close[0]}?"
+    close = difflib.get_close_matches(name, list(settings), n=1, cutoff=0.8)
+    if close:  # the value is not repeated: `--key=...` is close to `keep`, and its value a credential
+        return f"unknown option {flag}; did you mean `--set {settings[close[0]]}=VALUE`?"
+    beam = " or Beam pipeline options" if command == "run" else ""
+    return f"unknown option {flag}: not an option of `chunkline {command}`{beam}; see `chunkline {command} --help`"
 
 
 class _BeamImportNoise(logging.Filter):
@@ -177,8 +328,9 @@ def _configure_logging() -> None:
     for handler in logging.getLogger().handlers:
         handler.addFilter(_BeamImportNoise())
     logging.getLogger("chunkline").setLevel(logging.INFO)
-    # Beam warns at import about optional cloud clients that chunkline does not use.
-    logging.getLogger("apache_beam").setLevel(logging.ERROR)
+    # Beam warns at import about optional cloud clients that chunkline does not use, and logs a failing
+    # DoFn with its traceback before raising it again, when main reports it in one line.
+    logging.getLogger("apache_beam").setLevel(logging.ERROR if os.environ.get(DEBUG_ENV) else logging.CRITICAL)
 
 
 def _run_command(arguments: argparse.Namespace) -> int:
@@ -193,12 +345,39 @@ def _run_command(arguments: argparse.Namespace) -> int:
     if arguments.reindex:
         overrides.append("run.reindex=true")
     config = load_run_config(arguments.config, overrides, inputs=arguments.inputs, output=arguments.output)
+    arguments.secrets = tuple(config.secrets())
+    _check_before_running(config)
     summary = run_pipeline(config, arguments.beam_args)
     print(summary.describe())
     if config.run.fail_on_error and summary.errors:
         print(f"chunkline: {len(summary.errors)} error row(s) and --fail-on-error: exit status 1", file=sys.stderr)
         return 1
     return 0
+
+
+def _check_before_running(config: RunConfig) -> None:
+    """What would otherwise fail only once the output is locked or the pipeline has started: every URL's
+    filesystem is known and installed, the output is not an existing file, and the tokenizer loads (once,
+    here, so that a missing rank file is one error instead of one per worker)."""
+    from fsspec.registry import get_filesystem_class
+
+    for setting, url in [*(("input", path) for path in config.input.paths), ("output", config.output.url)]:
+        parts = url.split("::")  # zip::file:///corpus.zip: each link of a chain names a filesystem
+        for number, part in enumerate(parts):
+            protocol = part.split("://", 1)[0] if "://" in part or number < len(parts) - 1 else "file"
+            try:
+                get_filesystem_class(protocol)
+            except (ValueError, ImportError) as error:
+                raise ConfigError(f"{setting} {url}: {error}") from None
+    output = config.output.url
+    if "://" not in output and "::" not in output or output.startswith("file://"):
+        local = Path(output.removeprefix("file://")).expanduser().absolute()
+        existing = next((path for path in (local, *local.parents) if path.exists()), None)
+        if existing is not None and not existing.is_dir():
+            raise ConfigError(
+                f"output {output}: {existing} is a file; --output names the folder the dataset is published in"
+            )
+    get_token_counter(config.chunking.tokenizer, config.chunking.tokenizer_file)
 
 
 def _inspect_command(arguments: argparse.Namespace) -> int:
@@ -208,6 +387,7 @@ def _inspect_command(arguments: argparse.Namespace) -> int:
     # The output's storage options (an endpoint, a profile, keys) come from the same config file,
     # environment variables and --set as for `chunkline run`.
     config = load_run_config(arguments.config, list(arguments.overrides), output=arguments.url, require_inputs=False)
+    arguments.secrets = tuple(config.secrets())
     storage_options = dict(config.output.storage_options)
     if arguments.snapshot and arguments.html:
         print("chunkline: error: --html reports the latest snapshot; leave out --snapshot or --html", file=sys.stderr)
@@ -249,9 +429,9 @@ def _chunk_command(arguments: argparse.Namespace) -> int:
     files_done = failures = chunk_total = token_total = byte_total = 0
     for file, doc_id in _markdown_files(arguments.paths):
         try:
-            data = file.read_bytes()
+            data = _read_markdown_file(file)
             text = data.decode("utf-8")
-        except (OSError, UnicodeDecodeError) as error:
+        except (OSError, UnicodeDecodeError, ValueError) as error:
             failures += 1
             print(f"chunkline: {file}: {_describe_read_error(error)}", file=sys.stderr)
             continue
@@ -276,6 +456,21 @@ def _chunk_command(arguments: argparse.Namespace) -> int:
     )
     print(summary, file=sys.stderr if arguments.format == "jsonl" else out)
     return 1 if failures else 0
+
+
+def _read_markdown_file(file: Path) -> bytes:
+    """The bytes of a regular file no larger than ``chunkline run``'s default ``input.max_file_bytes``
+    (``/dev/zero`` would be read until memory runs out)."""
+    from chunkline.pipelines.config import InputConfig
+
+    limit = InputConfig.max_file_bytes
+    if file.exists() and not file.is_file():
+        raise ValueError("not a regular file; skipped")
+    with file.open("rb") as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"over {limit:,} bytes (input.max_file_bytes of `chunkline run`); skipped")
+    return data
 
 
 def _describe_read_error(error: Exception) -> str:

@@ -40,7 +40,9 @@ from urllib.parse import quote, unquote
 from chunkline.config import CHUNK_ENV_PREFIX, ChunkConfig
 from chunkline.settings import (
     ConfigError,
+    as_mapping,
     build_dataclass,
+    check_whole_number,
     deep_merge,
     env_overrides,
     parse_assignments,
@@ -67,6 +69,27 @@ ENV_PREFIXES = {
 
 _SECTIONS = ("input", "chunking", "output", "run")
 
+#: Files per table, at most.
+MAX_SHARDS = 10_000
+
+#: Worker processes of the multi-processing DirectRunner, at most (they all run on this machine).
+MAX_WORKERS = 256
+
+#: The codecs Parquet files can be written with (pyarrow's names, in any case); ``none`` is uncompressed.
+PARQUET_CODECS = ("none", "snappy", "gzip", "brotli", "lz4", "lz4_raw", "zstd")
+
+
+def check_compression(name: object) -> None:
+    """Raise ``ValueError`` unless ``name`` is a Parquet codec this pyarrow can write, so that a bad
+    ``output.compression`` fails when the config is built, not after the whole pipeline has run."""
+    import pyarrow
+
+    codec = name.lower() if isinstance(name, str) else None
+    if codec not in PARQUET_CODECS:
+        raise ValueError(f"compression must be one of {', '.join(PARQUET_CODECS)}, got {name!r}")
+    if codec != "none" and not pyarrow.Codec.is_available(codec):
+        raise ValueError(f"compression {name!r} is not available in this pyarrow build; use zstd or snappy")
+
 
 @dataclass(frozen=True)
 class InputConfig:
@@ -88,10 +111,9 @@ class InputConfig:
     """fsspec storage options for the inputs (e.g. key/secret/endpoint_url); never written anywhere."""
 
     def __post_init__(self) -> None:
-        if self.max_file_bytes < 1:
-            raise ValueError(f"max_file_bytes must be >= 1, got {self.max_file_bytes}")
+        check_whole_number(self.max_file_bytes, "max_file_bytes", minimum=1)
         for extension in self.extensions:
-            if not extension.startswith("."):
+            if not isinstance(extension, str) or not extension.startswith("."):
                 raise ValueError(f"extensions must start with a dot, got {extension!r}")
 
 
@@ -116,14 +138,11 @@ class OutputConfig:
     """fsspec storage options for the output; never written anywhere."""
 
     def __post_init__(self) -> None:
-        if self.keep < 1:
-            raise ValueError(f"keep must be >= 1 (the snapshot just published), got {self.keep}")
-        if self.lock_expiry_seconds < 1:
-            raise ValueError(f"lock_expiry_seconds must be >= 1, got {self.lock_expiry_seconds}")
-        if not 1 <= self.shards <= 10_000:
-            raise ValueError(f"shards must be from 1 to 10000, got {self.shards}")
-        if self.row_group_rows < 1:
-            raise ValueError(f"row_group_rows must be >= 1, got {self.row_group_rows}")
+        check_whole_number(self.keep, "keep", minimum=1)  # at least the snapshot just published
+        check_whole_number(self.lock_expiry_seconds, "lock_expiry_seconds", minimum=1)
+        check_whole_number(self.shards, "shards", minimum=1, maximum=MAX_SHARDS)
+        check_whole_number(self.row_group_rows, "row_group_rows", minimum=1)
+        check_compression(self.compression)
 
 
 @dataclass(frozen=True)
@@ -141,10 +160,11 @@ class RunSettings:
     process instead of starting the runner (whose start-up costs more than chunking a few files); 0: never."""
 
     def __post_init__(self) -> None:
-        if self.workers < 0:
-            raise ValueError(f"workers must be >= 0, got {self.workers}")
-        if self.in_process_max_documents < 0:
-            raise ValueError(f"in_process_max_documents must be >= 0, got {self.in_process_max_documents}")
+        check_whole_number(self.workers, "workers", minimum=0, maximum=MAX_WORKERS)
+        for name in ("fail_on_error", "reindex"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        check_whole_number(self.in_process_max_documents, "in_process_max_documents", minimum=0)
 
 
 @dataclass(frozen=True)
@@ -158,8 +178,8 @@ class RunConfig:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> RunConfig:
-        data = dict(data or {})
-        unknown = sorted(set(data) - set(_SECTIONS))
+        data = dict(as_mapping(data, "config"))
+        unknown = sorted(set(data) - set(_SECTIONS), key=str)
         if unknown:
             raise ConfigError(f"unknown section {unknown[0]!r}; sections: {', '.join(_SECTIONS)}")
         return cls(
@@ -267,6 +287,12 @@ def load_run_config(
     inputs and ``--output`` (each layer over the one before). ``require_inputs=False`` for commands that
     only read the output (``chunkline inspect``)."""
     data: dict[str, Any] = read_yaml_mapping(config_file) if config_file is not None else {}
+    unknown = sorted(set(data) - set(_SECTIONS), key=str)
+    if unknown:
+        raise ConfigError(f"{config_file}: unknown section {unknown[0]!r}; sections: {', '.join(_SECTIONS)}")
+    for section, value in data.items():
+        # Checked before the layers above are merged in, which would replace a section that is no mapping.
+        as_mapping(value, f"{config_file}: {section}")
     environment = os.environ if environ is None else environ
     data = deep_merge(data, env_overrides(environment, ENV_PREFIXES))
     data = deep_merge(data, parse_assignments(overrides, default_section="chunking"))

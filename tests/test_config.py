@@ -156,7 +156,7 @@ def test_config_file_then_environment_then_overrides(tmp_path):
     assert with_overrides.params.min_heading_level == 1
 
 
-def test_set_overrides_are_read_as_yaml_scalars():
+def test_set_overrides_are_converted_by_their_settings_types():
     config = load_chunk_config(
         overrides=["max_tokens=300", "tokenizer_file=null", "chunking.headings.sub_split=window"], environ={}
     )

@@ -225,3 +225,31 @@ def test_chunkline_exports_the_tokenizer_api():
     assert chunkline.get_token_counter is get_token_counter
     assert chunkline.TokenizerUnavailableError is TokenizerUnavailableError
     assert issubclass(TokenizerUnavailableError, RuntimeError)
+
+
+# --------------------------------------------------------------------------------------------------
+# configured files that cannot be rank files are refused without being read
+# --------------------------------------------------------------------------------------------------
+
+
+def test_a_device_or_folder_as_tokenizer_file_is_refused_without_reading_it(tmp_path):
+    for path, problem in (("/dev/zero", "not a regular file"), (str(tmp_path), "a folder")):
+        with pytest.raises(TokenizerUnavailableError, match=f"cannot be read: {problem}"):
+            load_encoding("o200k_base", path)
+
+
+def test_a_tokenizer_file_over_64_mb_is_refused_before_it_is_read(tmp_path):
+    huge = tmp_path / "o200k_base.tiktoken"
+    with open(huge, "wb") as handle:
+        handle.truncate(64 * 2**20 + 1)  # sparse: no disk or memory used
+    with pytest.raises(TokenizerUnavailableError, match="67,108,865 bytes, over the 64 MB a rank file can have"):
+        load_encoding("o200k_base", str(huge))
+    with pytest.raises(TokenizerUnavailableError, match="67,108,865 bytes, over the 64 MB"):
+        load_encoding("o200k_base", huge.as_uri())  # through fsspec: the size comes from the filesystem
+
+
+def test_a_real_rank_file_is_well_under_the_cap_and_loads(tmp_path):
+    copy = tmp_path / "cl100k_base.tiktoken"
+    shutil.copyfile(bundled_cl100k_file(), copy)
+    assert copy.stat().st_size < 64 * 2**20
+    assert load_encoding("cl100k_base", str(copy)).name == "cl100k_base"

@@ -41,6 +41,7 @@ from typing import Literal, NamedTuple
 
 from chunkline.record import ChunkSpan
 from chunkline.registry import register_strategy
+from chunkline.settings import check_whole_number
 from chunkline.splitting import split_document_range
 from chunkline.structure import Block, BlockKind, MarkdownDocument
 from chunkline.token_offsets import TokenOffsets
@@ -80,8 +81,7 @@ class BlocksParams:
     def __post_init__(self) -> None:
         if self.target not in ("bytes", "tokens"):
             raise ValueError(f"target must be 'bytes' or 'tokens', got {self.target!r}")
-        if isinstance(self.max_bytes, bool) or not isinstance(self.max_bytes, int) or self.max_bytes < 1:
-            raise ValueError(f"max_bytes must be a whole number >= 1, got {self.max_bytes!r}")
+        check_whole_number(self.max_bytes, "max_bytes", minimum=1)
         for name in ("never_split_code", "strip_headings"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")

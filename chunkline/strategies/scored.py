@@ -75,6 +75,7 @@ import numpy as np
 
 from chunkline.record import ChunkSpan
 from chunkline.registry import register_strategy
+from chunkline.settings import check_whole_number
 from chunkline.splitting import split_document_range
 from chunkline.structure import PROTECTED_KINDS, Block, BlockKind, MarkdownDocument
 from chunkline.token_offsets import TokenOffsets
@@ -138,9 +139,7 @@ class ScoredParams:
         if self.mode not in ("chars", "tokens"):
             raise ValueError(f"mode must be 'chars' or 'tokens', got {self.mode!r}")
         for name in ("max_chars", "window_chars"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
+            check_whole_number(getattr(self, name), name, minimum=1)
         if isinstance(self.overlap_chars, bool) or not isinstance(self.overlap_chars, int):
             raise ValueError(f"overlap_chars must be a whole number, got {self.overlap_chars!r}")
         if not 0 <= self.overlap_chars < self.max_chars:

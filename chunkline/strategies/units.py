@@ -47,6 +47,7 @@ import regex
 from chunkline.packing import pack_units
 from chunkline.record import ChunkSpan
 from chunkline.registry import register_strategy
+from chunkline.settings import MAX_WHOLE_NUMBER
 from chunkline.structure import PROTECTED_KINDS, MarkdownDocument
 from chunkline.token_offsets import TokenOffsets
 from chunkline.tokenizers import TokenCounter
@@ -76,9 +77,11 @@ logger = logging.getLogger(__name__)
 
 
 def check_overlap(overlap: object, unit_name: str) -> None:
-    """An overlap is a whole number of units, 0 or more."""
-    if isinstance(overlap, bool) or not isinstance(overlap, int) or overlap < 0:
-        raise ValueError(f"overlap must be a whole number of {unit_name} >= 0, got {overlap!r}")
+    """An overlap is a whole number of units, 0 or more (and at most ``MAX_WHOLE_NUMBER``)."""
+    if isinstance(overlap, bool) or not isinstance(overlap, int) or not 0 <= overlap <= MAX_WHOLE_NUMBER:
+        raise ValueError(
+            f"overlap must be a whole number of {unit_name} from 0 to {MAX_WHOLE_NUMBER:,}, got {overlap!r}"
+        )
 
 
 @dataclass(frozen=True)

@@ -87,8 +87,12 @@ def test_credentials_from_the_environment_never_appear_in_outputs_logs_or_errors
     }
     assert processes["run"].returncode == 0, processes["run"].stderr.decode()
     assert processes["inspect"].returncode == 0, processes["inspect"].stderr.decode()
-    assert processes["failed run"].returncode == 1, processes["failed run"].stderr.decode()
-    assert b"NotADirectoryError" in processes["failed run"].stderr or b"FileExistsError" in processes["failed run"].stderr
+    # An output below a file is refused before anything is written, in one line naming the file.
+    assert processes["failed run"].returncode == 2, processes["failed run"].stderr.decode()
+    assert processes["failed run"].stderr.decode().splitlines() == [
+        f"chunkline: error: output {blocker / 'dataset'}: {blocker} is a file; --output names the folder the "
+        "dataset is published in"
+    ]
 
     # Every byte printed or logged by every process.
     for name, process in processes.items():
