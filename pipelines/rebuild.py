@@ -39,6 +39,7 @@ from chunkline.pipelines.config import RunConfig
 from chunkline.pipelines.files import fresh_filesystem, with_storage_retries, write_file_atomically
 from chunkline.schemas import SCHEMA_VERSION
 from chunkline.pipelines.files import StorageError
+from chunkline.pipelines.publish import read_dataset
 from chunkline.transforms import read as read_transforms
 from chunkline.transforms.read import UNLISTED_FOLDER, SourceFile, scrub
 from chunkline.transforms.write import PreviousSnapshot, keep_plan_path, shard_of
@@ -280,6 +281,8 @@ def plan_rebuild(
     shards = config.output.shards
     touched = {shard_of(doc_id, shards) for doc_id, _ in to_chunk}
     touched |= {shard_of(doc_id, shards) for doc_id in previous_modified if doc_id not in carried and doc_id not in matches}
+    # An error row with no document (a folder that could not be listed then) is made again or dropped.
+    touched |= {shard_of(doc_id, shards) for doc_id in _documentless_errors(config, previous_modified)}
     moved = {
         shard_of(doc_id, shards)
         for doc_id, modified in carried.items()
@@ -314,6 +317,13 @@ def _full_rebuild_reason(
     if previous_documents is None:
         return "the published documents table could not be read", previous
     return None, previous
+
+
+def _documentless_errors(config: RunConfig, documents: dict[str, Any]) -> set[str]:
+    """doc_ids of the published snapshot's error rows that belong to no document (a folder that could not be
+    listed): no carried document holds them, so their shard must be merged again, not copied."""
+    errors = read_dataset(config.output.url or "", "errors", columns=["doc_id"], storage_options=config.output.storage_options)
+    return {doc_id for doc_id in errors.column("doc_id").to_pylist() if doc_id not in documents}
 
 
 def _kept_under_unlisted(listing: InputListing, previous_rows: list[dict[str, Any]]) -> set[str]:
