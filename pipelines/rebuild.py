@@ -1,7 +1,11 @@
-"""Planning a rebuild: which documents need the chunker, and which rows carry over unchanged.
+"""Listing the inputs and planning a rebuild: which documents need the chunker, which rows carry over.
 
-A run on an output that already holds a published snapshot compares the input with that snapshot before
-the pipeline starts:
+The driver lists every input once (:func:`list_inputs`), before the pipeline starts; the plan judges that
+listing and the pipeline reads exactly the files it names, in full runs as in incremental ones. An input
+whose root is missing or cannot be listed, or that matches no file, raises :class:`PublishRefusedError`:
+the run publishes nothing rather than a snapshot without that input's documents.
+
+A run on an output that already holds a published snapshot compares the listing with that snapshot:
 
 1. If there is no snapshot, ``run.reindex`` is set, or anything that decides the rows differs from the
    snapshot's (the chunking config and tokenizer, chunkline's ``CHUNKING_VERSION``, the schema version,
@@ -12,6 +16,11 @@ the pipeline starts:
    threads) is **carried over**: its rows are copied from the snapshot's parts, never chunked again. The
    others (edited, new, unreadable before, in error before, or sharing a doc_id with another file) are
    chunked; documents gone from the input are dropped.
+
+A folder below an input that could not be listed is an error row, not a folder whose documents are gone:
+the documents the snapshot holds from it are carried over as they were (the run stays incremental however
+many documents changed), and a full rebuild, which carries nothing over, raises
+:class:`PublishRefusedError` instead of deleting them.
 
 The result is row for row what a full rebuild of the new corpus writes: carried rows are the rows the
 chunker would make again, and only ``documents.modified_time`` is refreshed from the listing. For each shard

@@ -5,7 +5,11 @@ Inputs are fsspec URLs: a folder (every file with one of ``extensions`` below it
 (``zip::file:///corpus.zip``). Each file's ``doc_id`` is its POSIX path relative to the input's root (the
 folder, the part of a glob before its first wildcard, or a single file's folder). A file whose name leads
 out of that root (an archive member named ``../evil.md``) is never read: it comes out with a ``problem``
-(an error row that names it) under a doc_id of the form ``_outside_input/<12 hex>/evil.md``.
+(an error row that names it) under a doc_id of the form ``_outside_input/<12 hex>/evil.md``; so is a name
+that some OS reads as absolute (``C:/x.md``, ``\\\\server\\share\\x.md``, a member named ``/x.md``).
+Local folders are walked with :func:`chunkline.pipelines.listing.walk_local_folder`: links inside the root
+are followed, links out of it or in a loop are error rows, a folder that cannot be listed is an error row of
+its own, and names that are not UTF-8 get percent-escaped ids.
 
 The transform matches files in a DoFn, groups the matches by ``doc_id`` (which spreads the reads across
 workers and settles two inputs that hold the same ``doc_id``: the first input wins, the others are
@@ -409,8 +413,9 @@ class _ReadFileFn(beam.DoFn):
 class ReadMarkdown(beam.PTransform):
     """Match the inputs' markdown files and read them: a PCollection of :class:`SourceFile`.
 
-    With ``matched`` (an incremental run's plan: ``(doc_id, matched files)`` pairs, already listed by the
-    driver) only those documents are read, spread over the workers by a reshuffle."""
+    With ``matched`` (``(doc_id, matched files)`` pairs already listed by the driver: every document of a
+    full run, the changed ones of an incremental run) only those documents are read, spread over the
+    workers by a reshuffle; without it the transform lists the inputs itself."""
 
     def __init__(
         self,
