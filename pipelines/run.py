@@ -213,7 +213,9 @@ def _transforms(
         previous=plan.previous,
         incremental=plan.incremental,
     )
-    # The driver's listing, when it made one, is what the pipeline reads: the guard and the plan judged it.
+    # The driver's listing, when it made one, is what the pipeline reads: the guard and the plan judged it,
+    # and a second listing in the pipeline could see another input (a folder unmounted in between). On a
+    # distributed runner the listing travels in the job's graph, as an incremental run's plan always has.
     matched = plan.to_chunk if plan.listed else None
     return (
         ReadMarkdown(config.input, secret_values, matched=matched),
