@@ -40,6 +40,7 @@ from chunkline import __version__
 from chunkline.config import ChunkConfig, ConfigError, load_chunk_config
 from chunkline.engine import chunk_document
 from chunkline.pipelines.files import StorageError, scrub_secrets
+from chunkline.pipelines.listing import utf8_name, walk_local_folder
 from chunkline.pipelines.publish import ConcurrentRunError, DatasetNotFoundError
 from chunkline.record import Chunk
 from chunkline.registry import available_strategies, get_strategy
@@ -121,6 +122,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         default=None,
         help="exit with status 1 when any document produced an error row",
+    )
+    run.add_argument(
+        "--allow-deletes",
+        action="store_true",
+        default=None,
+        help="publish even when the run deletes more than output.max_deleted_fraction of the documents",
     )
     run.add_argument(
         "--reindex",
@@ -335,6 +342,7 @@ def _configure_logging() -> None:
 
 def _run_command(arguments: argparse.Namespace) -> int:
     from chunkline.pipelines.config import load_run_config
+    from chunkline.pipelines.rebuild import PublishRefusedError
     from chunkline.pipelines.run import run_pipeline
 
     overrides = list(arguments.overrides)
@@ -344,10 +352,16 @@ def _run_command(arguments: argparse.Namespace) -> int:
         overrides.append("run.fail_on_error=true")
     if arguments.reindex:
         overrides.append("run.reindex=true")
+    if arguments.allow_deletes:
+        overrides.append("run.allow_deletes=true")
     config = load_run_config(arguments.config, overrides, inputs=arguments.inputs, output=arguments.output)
     arguments.secrets = tuple(config.secrets())
     _check_before_running(config)
-    summary = run_pipeline(config, arguments.beam_args)
+    try:
+        summary = run_pipeline(config, arguments.beam_args)
+    except PublishRefusedError as error:  # the run failed on purpose and published nothing
+        print(f"chunkline: error: {error}", file=sys.stderr)
+        return 1
     print(summary.describe())
     if config.run.fail_on_error and summary.errors:
         print(f"chunkline: {len(summary.errors)} error row(s) and --fail-on-error: exit status 1", file=sys.stderr)
@@ -409,16 +423,34 @@ def _inspect_command(arguments: argparse.Namespace) -> int:
     return 0
 
 
-def _markdown_files(paths: Sequence[str]) -> Iterator[tuple[Path, str]]:
-    """(file, doc_id) for each path: a file (doc_id its name), or every markdown file under a folder (doc_id
-    its path relative to the folder), as ``chunkline run`` names them."""
+def _markdown_files(paths: Sequence[str]) -> Iterator[tuple[Path, str, str | None]]:
+    """(file, doc_id, why it is not read or None) for each path: a file (doc_id its name), or every markdown
+    file under a folder (doc_id its path relative to the folder), found and named as ``chunkline run`` does
+    (:func:`chunkline.pipelines.listing.walk_local_folder`): links inside the folder are followed, a link
+    out of it or in a loop and a folder that cannot be listed come with the reason."""
     for raw in paths:
         path = Path(raw)
-        if path.is_dir():
-            for file in sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in MARKDOWN_SUFFIXES):
-                yield file, file.relative_to(path).as_posix()
-        else:
-            yield path, path.name
+        if not path.is_dir():
+            yield path, utf8_name(path.name), None
+            continue
+        root = str(path).rstrip("/") or "/"
+        try:
+            entries = list(walk_local_folder(root))
+        except OSError as error:
+            yield path, utf8_name(path.name), f"cannot be listed: {error.strerror or error}"
+            continue
+        for entry in entries:
+            file = Path(entry.path)
+            doc_id = utf8_name(entry.path[len(root) :].lstrip("/"))
+            markdown = file.suffix.lower() in MARKDOWN_SUFFIXES
+            if entry.kind == "file" and markdown:
+                yield file, doc_id, None
+            elif entry.kind == "unlisted":
+                yield file, doc_id, f"folder cannot be listed ({entry.detail}); its files are not shown"
+            elif entry.kind == "link_outside" and (markdown or entry.is_folder):
+                yield file, doc_id, f"a link to {utf8_name(entry.detail)!r}, outside {utf8_name(root)!r}; not read"
+            elif entry.kind == "link_loop":
+                yield file, doc_id, f"a link to {utf8_name(entry.detail)!r}, a folder it is inside; not followed"
 
 
 def _chunk_command(arguments: argparse.Namespace) -> int:
@@ -427,15 +459,20 @@ def _chunk_command(arguments: argparse.Namespace) -> int:
     out = sys.stdout
     started = time.perf_counter()
     files_done = failures = chunk_total = token_total = byte_total = 0
-    for file, doc_id in _markdown_files(arguments.paths):
+    for file, doc_id, problem in _markdown_files(arguments.paths):
+        label = utf8_name(file.as_posix())  # a name that is not UTF-8 cannot be printed as it is
+        if problem is not None:
+            failures += 1
+            print(f"chunkline: {label}: {problem}", file=sys.stderr)
+            continue
         try:
             data = _read_markdown_file(file)
             text = data.decode("utf-8")
         except (OSError, UnicodeDecodeError, ValueError) as error:
             failures += 1
-            print(f"chunkline: {file}: {_describe_read_error(error)}", file=sys.stderr)
+            print(f"chunkline: {label}: {_describe_read_error(error)}", file=sys.stderr)
             continue
-        chunks = chunk_document(parse_markdown(text), config, counter, doc_id=doc_id, source_uri=str(file))
+        chunks = chunk_document(parse_markdown(text), config, counter, doc_id=doc_id, source_uri=label)
         files_done += 1
         chunk_total += len(chunks)
         token_total += sum(chunk.token_count for chunk in chunks)
@@ -444,7 +481,7 @@ def _chunk_command(arguments: argparse.Namespace) -> int:
             for chunk in chunks:
                 out.write(json.dumps(chunk.to_dict(), ensure_ascii=False) + "\n")
         else:
-            _print_table(out, file.as_posix(), chunks, config, arguments.preview_chars)
+            _print_table(out, label, chunks, config, arguments.preview_chars)
     if files_done == 0 and failures == 0:
         print("chunkline: no markdown files found in " + ", ".join(arguments.paths), file=sys.stderr)
         return 1

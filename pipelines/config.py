@@ -16,11 +16,13 @@
       shards: 8
       row_group_rows: 65536
       keep: 3                        # snapshots kept after a new one is published
+      max_deleted_fraction: 0.5      # a run deleting more of the previous snapshot's documents publishes nothing
       storage_options: {}
     run:
       workers: 0                     # 0: in-process; N: N worker processes
       fail_on_error: false
       reindex: false                 # chunk every document again instead of carrying unchanged ones over
+      allow_deletes: false           # publish even a snapshot over output.max_deleted_fraction
       in_process_max_documents: 256  # incremental runs this small skip starting the runner
 
 Environment variables override a file section by section: ``CHUNKLINE_INPUT_MAX_FILE_BYTES``,
@@ -134,11 +136,16 @@ class OutputConfig:
     lock_expiry_seconds: int = 86_400
     """A lock on the output older than this is taken over (a lock whose run died on this machine is taken
     over at once)."""
+    max_deleted_fraction: float = 0.5
+    """A run that would delete more than this share of the previous snapshot's documents publishes nothing
+    and fails, unless ``run.allow_deletes``; 1.0 never refuses."""
     storage_options: dict[str, Any] = field(default_factory=dict)
     """fsspec storage options for the output; never written anywhere."""
 
     def __post_init__(self) -> None:
         check_whole_number(self.keep, "keep", minimum=1)  # at least the snapshot just published
+        if not 0.0 <= self.max_deleted_fraction <= 1.0:
+            raise ValueError(f"max_deleted_fraction must be from 0 to 1, got {self.max_deleted_fraction}")
         check_whole_number(self.lock_expiry_seconds, "lock_expiry_seconds", minimum=1)
         check_whole_number(self.shards, "shards", minimum=1, maximum=MAX_SHARDS)
         check_whole_number(self.row_group_rows, "row_group_rows", minimum=1)
@@ -155,6 +162,9 @@ class RunSettings:
     """Exit non-zero when any document produced an error row."""
     reindex: bool = False
     """Chunk every document again, even those whose bytes and config are unchanged since the last snapshot."""
+    allow_deletes: bool = False
+    """Publish a snapshot that deletes more than ``output.max_deleted_fraction`` of the previous one's
+    documents (``--allow-deletes``), for a corpus that really shrank."""
     in_process_max_documents: int = 256
     """An incremental run with at most this many documents to chunk runs the pipeline's DoFns in this
     process instead of starting the runner (whose start-up costs more than chunking a few files); 0: never."""
@@ -209,12 +219,14 @@ class RunConfig:
                 "compression": self.output.compression,
                 "keep": self.output.keep,
                 "lock_expiry_seconds": self.output.lock_expiry_seconds,
+                "max_deleted_fraction": self.output.max_deleted_fraction,
                 "storage_options": redact(self.output.storage_options),
             },
             "run": {
                 "workers": self.run.workers,
                 "fail_on_error": self.run.fail_on_error,
                 "reindex": self.run.reindex,
+                "allow_deletes": self.run.allow_deletes,
                 "in_process_max_documents": self.run.in_process_max_documents,
             },
         }

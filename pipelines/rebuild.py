@@ -1,7 +1,11 @@
-"""Planning a rebuild: which documents need the chunker, and which rows carry over unchanged.
+"""Listing the inputs and planning a rebuild: which documents need the chunker, which rows carry over.
 
-A run on an output that already holds a published snapshot compares the input with that snapshot before
-the pipeline starts:
+The driver lists every input once (:func:`list_inputs`), before the pipeline starts; the plan judges that
+listing and the pipeline reads exactly the files it names, in full runs as in incremental ones. An input
+whose root is missing or cannot be listed, or that matches no file, raises :class:`PublishRefusedError`:
+the run publishes nothing rather than a snapshot without that input's documents.
+
+A run on an output that already holds a published snapshot compares the listing with that snapshot:
 
 1. If there is no snapshot, ``run.reindex`` is set, or anything that decides the rows differs from the
    snapshot's (the chunking config and tokenizer, chunkline's ``CHUNKING_VERSION``, the schema version,
@@ -12,6 +16,11 @@ the pipeline starts:
    threads) is **carried over**: its rows are copied from the snapshot's parts, never chunked again. The
    others (edited, new, unreadable before, in error before, or sharing a doc_id with another file) are
    chunked; documents gone from the input are dropped.
+
+A folder below an input that could not be listed is an error row, not a folder whose documents are gone:
+the documents the snapshot holds from it are carried over as they were (the run stays incremental however
+many documents changed), and a full rebuild, which carries nothing over, raises
+:class:`PublishRefusedError` instead of deleting them.
 
 The result is row for row what a full rebuild of the new corpus writes: carried rows are the rows the
 chunker would make again, and only ``documents.modified_time`` is refreshed from the listing. For each shard
@@ -39,16 +48,109 @@ from chunkline.pipelines.config import RunConfig
 from chunkline.pipelines.files import fresh_filesystem, with_storage_retries, write_file_atomically
 from chunkline.pipelines.publish import DamagedDatasetError, manifest_problem
 from chunkline.schemas import SCHEMA_VERSION
-from chunkline.transforms.read import SourceFile, match_input
+from chunkline.pipelines.files import StorageError
+from chunkline.pipelines.publish import read_dataset
+from chunkline.transforms import read as read_transforms
+from chunkline.transforms.read import UNLISTED_FOLDER, SourceFile, scrub
 from chunkline.transforms.write import PreviousSnapshot, keep_plan_path, shard_of
 
-__all__ = ["RebuildPlan", "plan_rebuild", "rebuild_fingerprint", "write_shard_plans"]
+__all__ = [
+    "InputListing",
+    "PublishRefusedError",
+    "RebuildPlan",
+    "list_inputs",
+    "plan_rebuild",
+    "rebuild_fingerprint",
+    "write_shard_plans",
+]
 
 logger = logging.getLogger("chunkline")
 
 #: Above this share of documents to chunk, an incremental run would save little: it runs as a full one.
 _INCREMENTAL_MAX_SHARE = 0.5
 _HASHING_THREADS = 16
+
+
+class PublishRefusedError(RuntimeError):
+    """The run published nothing, on purpose: its input could not be listed or matched no file, or the
+    snapshot it would publish would lose documents it cannot vouch for. The message is one line that names
+    the input, folder or setting, and the way out; ``chunkline run`` prints it and exits with status 1."""
+
+
+@dataclass
+class InputListing:
+    """What the driver found in the inputs: the one listing that both the plan and the pipeline use."""
+
+    documents: dict[str, list[SourceFile]] = field(default_factory=dict)
+    """doc_id -> every file matched under it (several when inputs share a doc_id), in input order; files
+    that will be error rows (a name out of the root, a link out of it) included."""
+    unlisted: list[SourceFile] = field(default_factory=list)
+    """One error row per folder below an input that could not be listed (``problem.error_type`` is
+    ``UnlistableFolder``; its ``source_uri`` is the folder's URL)."""
+
+    def groups(self) -> list[tuple[str, list[SourceFile]]]:
+        """Every (doc_id, files) pair to read, folder error rows included, sorted by doc_id."""
+        pairs = list(self.documents.items()) + [(folder.doc_id, [folder]) for folder in self.unlisted]
+        return sorted(pairs, key=lambda pair: pair[0])
+
+
+def list_inputs(config: RunConfig) -> InputListing:
+    """List every input once, before the pipeline starts (a transient storage error is retried).
+
+    Raises :class:`PublishRefusedError` for an input whose root is missing or cannot be listed, and for
+    one that matches no file: publishing what the other inputs hold would delete every document of it."""
+    listing = InputListing()
+    secrets = tuple(config.secrets())
+    for index, url in enumerate(config.input.paths):
+        try:
+            found = with_storage_retries(
+                lambda url=url, index=index: list(read_transforms.match_input(url, index, config.input)),
+                url,
+                "list",
+                secrets=secrets,
+            )
+        except FileNotFoundError as error:
+            # match_input's own error names the input; another one (from the filesystem) is added to it.
+            what = str(error) if str(error).startswith(f"input {url} ") else f"input {url} does not exist ({error})"
+            raise PublishRefusedError(
+                scrub(f"{what}; nothing was published. Check the path (a renamed folder, an unmounted disk, a "
+                      "mistyped bucket?) and run again", secrets)
+            ) from None
+        except StorageError as error:
+            raise PublishRefusedError(
+                scrub(f"{error}; nothing was published. Run again once input {url} can be listed", secrets)
+            ) from None
+        except Exception as error:
+            first_line = (str(error).strip().splitlines() or [""])[0]
+            raise PublishRefusedError(
+                scrub(f"cannot list input {url} ({type(error).__name__}: {first_line}); nothing was published. "
+                      "Check its permissions or storage_options and run again", secrets)
+            ) from None
+        files = [source for source in found if not _is_unlisted_folder(source)]
+        if not found:
+            raise PublishRefusedError(_no_match_message(url, config))
+        for source in files:
+            listing.documents.setdefault(source.doc_id, []).append(source)
+        listing.unlisted += [source for source in found if _is_unlisted_folder(source)]
+    return listing
+
+
+def _is_unlisted_folder(source: SourceFile) -> bool:
+    return source.problem is not None and source.problem.error_type == UNLISTED_FOLDER and not source.path
+
+
+def _no_match_message(url: str, config: RunConfig) -> str:
+    filters = []
+    if config.input.include or config.input.exclude:
+        filters.append("input.include/exclude")
+    if not any(character in url for character in "*?["):
+        filters.append("names ending in " + ", ".join(config.input.extensions))
+    within = f" ({' and '.join(filters)})" if filters else ""
+    return scrub(
+        f"input {url} matches no file{within}; nothing was published (publishing would delete every document "
+        "of it). Check the path or pattern and run again",
+        tuple(config.secrets()),
+    )
 
 
 def rebuild_fingerprint(config: RunConfig) -> str:
@@ -84,6 +186,15 @@ class RebuildPlan:
     """Shards where a document was added, changed or deleted."""
     moved_shards: set[int] = field(default_factory=set)
     """Shards where only a carried document's modification time moved."""
+    listed: bool = False
+    """True when the driver listed the inputs: ``to_chunk`` then holds every document to read, full runs
+    too (False: the pipeline lists the inputs itself)."""
+    documents_before: int | None = None
+    """Documents (doc_ids) of the previous snapshot; None when there is none or it could not be read."""
+    documents_deleted: int | None = None
+    """Of those, how many the new snapshot will not hold."""
+    kept_unlisted: int = 0
+    """Documents carried over because the folder they were found in could not be listed."""
 
     @property
     def incremental(self) -> bool:
@@ -113,40 +224,39 @@ def _previous_snapshot(manifest: dict[str, Any], output_url: str) -> PreviousSna
     )
 
 
-def plan_rebuild(config: RunConfig, previous_manifest: dict[str, Any] | None, previous_documents: pa.Table | None) -> RebuildPlan:
+def plan_rebuild(
+    config: RunConfig,
+    previous_manifest: dict[str, Any] | None,
+    previous_documents: pa.Table | None,
+    listing: InputListing | None = None,
+) -> RebuildPlan:
     """Decide how the run builds its snapshot from the previous one (see the module docstring).
 
     ``previous_documents`` is the previous snapshot's ``documents`` table (doc_id, source_uri, status,
-    content_sha256, modified_time), read by the caller through the manifest."""
-    output_url = config.output.url or ""
-    if previous_manifest is None:
-        return RebuildPlan("full", "no published snapshot at the output yet")
-    compatible = previous_manifest.get("schema_version") == SCHEMA_VERSION
-    previous = _previous_snapshot(previous_manifest, output_url) if compatible else None
-    if previous is None:
-        return RebuildPlan("full", f"the published snapshot has schema version {previous_manifest.get('schema_version')}")
-    if config.run.reindex:
-        return RebuildPlan("full", "reindex requested", previous)
-    if previous_manifest.get("rebuild_fingerprint") != rebuild_fingerprint(config):
-        return RebuildPlan("full", "the chunking, decoding or output settings differ from the published snapshot's", previous)
-    if previous_documents is None:
-        return RebuildPlan("full", "the published documents table could not be read", previous)
-    matches: dict[str, list[SourceFile]] = defaultdict(list)
-    for index, url in enumerate(config.input.paths):
-        try:
-            listed = with_storage_retries(
-                lambda url=url, index=index: list(match_input(url, index, config.input)), url, "list", secrets=tuple(config.secrets())
-            )
-            for source in listed:
-                matches[source.doc_id].append(source)
-        except Exception:  # the full pipeline turns an unlistable input into its error row
-            return RebuildPlan("full", f"input {index + 1} could not be listed here", previous)
+    content_sha256, modified_time), read by the caller through the manifest; ``listing`` the driver's
+    listing of the inputs (listed here when not given).
+
+    The documents that the previous snapshot holds under a folder that could not be listed now are carried
+    over as they were; a full rebuild cannot do that, and raises :class:`PublishRefusedError` instead."""
+    listing = list_inputs(config) if listing is None else listing
+    previous_rows = previous_documents.to_pylist() if previous_documents is not None else None
+    full_reason, previous = _full_rebuild_reason(config, previous_manifest, previous_documents)
+    if full_reason is not None:
+        _refuse_full_rebuild_over_unlisted(listing, previous_manifest, previous_rows, full_reason)
+        plan = RebuildPlan("full", full_reason, previous, to_chunk=listing.groups(), listed=True)
+        if previous_rows is not None and previous_manifest is not None:
+            before_ids = {row["doc_id"] for row in previous_rows}
+            plan.documents_before = len(before_ids)
+            plan.documents_deleted = len(before_ids - set(listing.documents))
+        return plan
+    assert previous_rows is not None and previous is not None
+    matches = listing.documents
     before: dict[str, dict[str, Any] | None] = {}
-    for row in previous_documents.to_pylist():
+    for row in previous_rows:
         # A doc_id with two rows (a duplicate across inputs) is never carried over.
         before[row["doc_id"]] = None if row["doc_id"] in before else row
     candidates: list[SourceFile] = []
-    to_chunk: list[tuple[str, list[SourceFile]]] = []
+    to_chunk: list[tuple[str, list[SourceFile]]] = [(folder.doc_id, [folder]) for folder in listing.unlisted]
     for doc_id in sorted(matches):
         group = matches[doc_id]
         old = before.get(doc_id)
@@ -170,21 +280,103 @@ def plan_rebuild(config: RunConfig, previous_manifest: dict[str, Any] | None, pr
             carried[source.doc_id] = source.modified_time
         else:
             to_chunk.append((source.doc_id, [source]))
+    kept = _kept_under_unlisted(listing, previous_rows)
+    previous_modified: dict[str, datetime | None] = {}
+    for row in previous_rows:
+        previous_modified.setdefault(row["doc_id"], row["modified_time"])
+    carried.update({doc_id: previous_modified[doc_id] for doc_id in kept})
     to_chunk.sort(key=lambda item: item[0])
     total = len(matches)
-    if total and len(to_chunk) > _INCREMENTAL_MAX_SHARE * total:
-        return RebuildPlan("full", f"{len(to_chunk)} of {total} documents need chunking", previous)
+    # With documents kept for a folder that could not be listed, only this run can keep them: never full.
+    if total and len(to_chunk) > _INCREMENTAL_MAX_SHARE * total and not kept:
+        plan = RebuildPlan("full", f"{len(to_chunk)} of {total} documents need chunking", previous, listing.groups(), listed=True)
+        plan.documents_before = len(previous_modified)
+        plan.documents_deleted = len(set(previous_modified) - set(matches))
+        return plan
     shards = config.output.shards
     touched = {shard_of(doc_id, shards) for doc_id, _ in to_chunk}
-    touched |= {shard_of(doc_id, shards) for doc_id in before if doc_id not in carried and doc_id not in matches}
+    touched |= {shard_of(doc_id, shards) for doc_id in previous_modified if doc_id not in carried and doc_id not in matches}
+    # An error row with no document (a folder that could not be listed then) is made again or dropped.
+    touched |= {shard_of(doc_id, shards) for doc_id in _documentless_errors(config, previous_modified)}
     moved = {
         shard_of(doc_id, shards)
         for doc_id, modified in carried.items()
-        if _microseconds(modified) != _microseconds(before[doc_id]["modified_time"])
+        if _microseconds(modified) != _microseconds(previous_modified[doc_id])
     }
-    deleted = sum(1 for doc_id in before if doc_id not in matches)
-    reason = f"{len(to_chunk)} of {total} documents to chunk, {len(carried)} carried over, {deleted} gone"
-    return RebuildPlan("incremental", reason, previous, to_chunk, carried, touched, moved - touched)
+    deleted = sum(1 for doc_id in previous_modified if doc_id not in matches and doc_id not in carried)
+    reason = f"{len(to_chunk)} of {total} documents to chunk, {len(carried) - len(kept)} carried over, {deleted} gone"
+    if kept:
+        reason += f", {len(kept)} kept from {len(listing.unlisted)} folder(s) that could not be listed"
+    plan = RebuildPlan("incremental", reason, previous, to_chunk, carried, touched, moved - touched, listed=True)
+    plan.documents_before = len(previous_modified)
+    plan.documents_deleted = deleted
+    plan.kept_unlisted = len(kept)
+    return plan
+
+
+def _full_rebuild_reason(
+    config: RunConfig, previous_manifest: dict[str, Any] | None, previous_documents: pa.Table | None
+) -> tuple[str | None, PreviousSnapshot | None]:
+    """(why the run must be a full rebuild, or None if it can carry rows over; the snapshot to compare with)."""
+    output_url = config.output.url or ""
+    if previous_manifest is None:
+        return "no published snapshot at the output yet", None
+    compatible = previous_manifest.get("schema_version") == SCHEMA_VERSION
+    previous = _previous_snapshot(previous_manifest, output_url) if compatible else None
+    if previous is None:
+        return f"the published snapshot has schema version {previous_manifest.get('schema_version')}", None
+    if config.run.reindex:
+        return "reindex requested", previous
+    if previous_manifest.get("rebuild_fingerprint") != rebuild_fingerprint(config):
+        return "the chunking, decoding or output settings differ from the published snapshot's", previous
+    if previous_documents is None:
+        return "the published documents table could not be read", previous
+    return None, previous
+
+
+def _documentless_errors(config: RunConfig, documents: dict[str, Any]) -> set[str]:
+    """doc_ids of the published snapshot's error rows that belong to no document (a folder that could not be
+    listed): no carried document holds them, so their shard must be merged again, not copied."""
+    errors = read_dataset(config.output.url or "", "errors", columns=["doc_id"], storage_options=config.output.storage_options)
+    return {doc_id for doc_id in errors.column("doc_id").to_pylist() if doc_id not in documents}
+
+
+def _kept_under_unlisted(listing: InputListing, previous_rows: list[dict[str, Any]]) -> set[str]:
+    """The previous snapshot's doc_ids found below a folder that could not be listed now (and not found
+    anywhere else this time): what a snapshot built from this listing alone would wrongly delete."""
+    prefixes = tuple(folder.source_uri.rstrip("/") + "/" for folder in listing.unlisted)
+    if not prefixes:
+        return set()
+    return {
+        row["doc_id"]
+        for row in previous_rows
+        if (row["source_uri"] or "").startswith(prefixes) and row["doc_id"] not in listing.documents
+    }
+
+
+def _refuse_full_rebuild_over_unlisted(
+    listing: InputListing,
+    previous_manifest: dict[str, Any] | None,
+    previous_rows: list[dict[str, Any]] | None,
+    reason: str,
+) -> None:
+    """A full rebuild chunks everything again and carries nothing over: with a folder that could not be
+    listed, it would lose the documents published from that folder, so it publishes nothing instead."""
+    if not listing.unlisted or previous_manifest is None:
+        return  # nothing was published from the folder: its error row is all there is to say
+    kept = _kept_under_unlisted(listing, previous_rows) if previous_rows is not None else None
+    if kept is not None and not kept:
+        return
+    folder = listing.unlisted[0]
+    lost = f"the {len(kept)} document(s) published from it" if kept is not None else "the documents published from it"
+    others = f" (and {len(listing.unlisted) - 1} more folder(s))" if len(listing.unlisted) > 1 else ""
+    # The row's message reads "folder URL could not be listed (the error); the documents ...".
+    detail = folder.problem.message.partition(" could not be listed ")[2].partition("; the documents")[0] if folder.problem else ""
+    raise PublishRefusedError(
+        f"folder {folder.source_uri}{others} could not be listed {detail}, and this run is a full rebuild ({reason}), "
+        f"which cannot keep {lost}; nothing was published. Make the folder readable and run again, or move "
+        "it out of the input to let its documents go"
+    )
 
 
 def _content_digests(sources: list[SourceFile], config: RunConfig) -> dict[str, str | None]:

@@ -2,10 +2,18 @@
 
 ``run_pipeline(config, beam_args)`` is what ``chunkline run`` calls::
 
+    list_inputs                                          (one listing; a missing or empty input publishes nothing)
     acquire_output_lock                                  (one run writes an output at a time)
     plan_rebuild                                         (full, or incremental against the last snapshot)
-    ReadMarkdown -> ChunkDocuments -> WriteChunkTables    (one Beam pipeline)
+    ReadMarkdown -> ChunkDocuments -> WriteChunkTables    (one Beam pipeline, reading what was listed)
     publish_run                                          (after the pipeline succeeded: a new snapshot)
+
+The publish guard: an input whose root is missing or cannot be listed, or that matches no file, fails the
+run before anything is written (:class:`~chunkline.pipelines.rebuild.PublishRefusedError`, exit status 1
+from ``chunkline run``); so does a snapshot that would delete more than ``output.max_deleted_fraction`` of
+the previous snapshot's documents, unless ``run.allow_deletes`` (``--allow-deletes``) says so. The count is
+checked before the pipeline starts, from the listing, and again before publishing, from the snapshot's
+``changes/documents``.
 
 Without ``--runner`` among the Beam arguments the pipeline runs on Beam's in-process FnApiRunner, or with
 ``run.workers: N`` on the multi-processing DirectRunner (N worker processes); Beam's default DirectRunner
@@ -49,13 +57,28 @@ from chunkline.pipelines.publish import (
     staging_url,
     verify_output,
 )
-from chunkline.pipelines.rebuild import RebuildPlan, plan_rebuild, rebuild_fingerprint, write_shard_plans
+from chunkline.pipelines.rebuild import (
+    InputListing,
+    PublishRefusedError,
+    RebuildPlan,
+    list_inputs,
+    plan_rebuild,
+    rebuild_fingerprint,
+    write_shard_plans,
+)
 from chunkline.settings import ConfigError
 from chunkline.transforms.chunk import ChunkDocuments
 from chunkline.transforms.read import ReadMarkdown, _glob_root
 from chunkline.transforms.write import WriteChunkTables, WriteSettings
 
-__all__ = ["RunSummary", "build_pipeline", "run_pipeline", "check_output_location", "new_run_id"]
+__all__ = [
+    "RunSummary",
+    "build_pipeline",
+    "run_pipeline",
+    "check_output_location",
+    "new_run_id",
+    "refuse_mass_deletion",
+]
 
 logger = logging.getLogger("chunkline")
 
@@ -192,7 +215,10 @@ def _transforms(
         previous=plan.previous,
         incremental=plan.incremental,
     )
-    matched = plan.to_chunk if plan.incremental else None
+    # The driver's listing, when it made one, is what the pipeline reads: the guard and the plan judged it,
+    # and a second listing in the pipeline could see another input (a folder unmounted in between). On a
+    # distributed runner the listing travels in the job's graph, as an incremental run's plan always has.
+    matched = plan.to_chunk if plan.listed else None
     return (
         ReadMarkdown(config.input, secret_values, matched=matched),
         ChunkDocuments(config.chunking, config.input.encoding_errors, secret_values),
@@ -259,7 +285,7 @@ def _previous_state(config: RunConfig) -> _PreviousState:
     return _PreviousState(state, documents)
 
 
-def _plan(config: RunConfig, previous: _PreviousState) -> RebuildPlan:
+def _plan(config: RunConfig, previous: _PreviousState, listing: InputListing) -> RebuildPlan:
     """How the run builds its snapshot: as :func:`plan_rebuild` decides when the published snapshot
     verifies; otherwise in full, with ``changes/`` against the newest kept snapshot that verifies, or marked
     as a full reload when none does. Damage is reported in one warning line."""
@@ -268,7 +294,7 @@ def _plan(config: RunConfig, previous: _PreviousState) -> RebuildPlan:
     if state.latest_trusted or state.manifest is None and not state.damage:
         if state.damage:  # only older kept snapshots, which are no longer kept
             logger.warning("chunkline: %s", scrub_secrets("; ".join(state.damage), secret_values))
-        return plan_rebuild(config, state.manifest, previous.documents)
+        return plan_rebuild(config, state.manifest, previous.documents, listing)
     if state.root_damaged:
         damaged = "the root manifest is damaged"
     elif len(state.damaged_snapshots) == 1:
@@ -278,11 +304,12 @@ def _plan(config: RunConfig, previous: _PreviousState) -> RebuildPlan:
     base = state.manifest
     if base is None:
         consequence = "no kept snapshot verifies: rebuilt in full, and changes/ mark a full reload"
-        plan = RebuildPlan("full", f"{damaged}; {consequence}")
+        plan = plan_rebuild(config, None, None, listing)
+        plan.reason = f"{damaged}; {consequence}"
     else:
         consequence = f"rebuilt in full, changes/ against snapshot {base['snapshot']}, the newest that verifies"
         # Without a documents table to carry rows from, the plan is a full one against ``base``.
-        plan = plan_rebuild(config, base, None)
+        plan = plan_rebuild(config, base, None, listing)
         plan.reason = f"{damaged}; {consequence}"
     # One line with the details (which part, which count); the plan's reason, logged and recorded, names
     # only what is damaged.
@@ -345,13 +372,17 @@ def run_pipeline(config: RunConfig, beam_args: list[str] | None = None) -> RunSu
     run_id = new_run_id()
     started = time.perf_counter()
     secret_values = tuple(config.secrets())
+    # Listed before the output is touched: an input that is missing or matches nothing publishes nothing.
+    listing = list_inputs(config)
     lock = acquire_output_lock(
         output_url, run_id, storage_options, expiry_seconds=config.output.lock_expiry_seconds, secrets=secret_values
     )
     try:
         previous = _previous_state(config)
-        plan = _plan(config, previous)
+        plan = _plan(config, previous, listing)
         logger.info("chunkline: run %s, %s rebuild: %s", run_id, plan.mode, plan.reason)
+        if plan.documents_before is not None and plan.documents_deleted is not None:
+            refuse_mass_deletion(config, plan.documents_deleted, plan.documents_before, plan)
         in_process = plan.incremental and len(plan.to_chunk) <= config.run.in_process_max_documents
         if not in_process:
             runner, options = _pipeline_options(config, list(beam_args or []))
@@ -372,6 +403,8 @@ def run_pipeline(config: RunConfig, beam_args: list[str] | None = None) -> RunSu
         try:
             counts = _staged_counts(output_url, run_id, config)
             changes = _change_counts(output_url, run_id, config)
+            before = changes["deleted"] + changes["changed"] + changes["unchanged"]
+            refuse_mass_deletion(config, changes["deleted"], before, plan)
             published = _publish(
                 output_url, run_id, config, plan, in_process, pipeline_seconds, counts, changes, lock, previous.output.kept
             )
@@ -397,6 +430,23 @@ def run_pipeline(config: RunConfig, beam_args: list[str] | None = None) -> RunSu
         errors=errors,
         rebuild=plan.describe(),
         changes=changes,
+    )
+
+
+def refuse_mass_deletion(config: RunConfig, deleted: int, before: int, plan: RebuildPlan) -> None:
+    """Raise :class:`PublishRefusedError` when the new snapshot would delete more than
+    ``output.max_deleted_fraction`` of the ``before`` documents of the previous one and ``run.allow_deletes``
+    is not set: a scheduled run over an input that lost most of its files is far more often a mistake (a
+    wrong path, a half-synced bucket) than an intent, and a vector store synced from it would be emptied."""
+    limit = config.output.max_deleted_fraction
+    if config.run.allow_deletes or before <= 0 or deleted <= limit * before:
+        return
+    snapshot = f"snapshot {plan.previous.snapshot}" if plan.previous and plan.previous.snapshot else "the published snapshot"
+    raise PublishRefusedError(
+        f"this run would delete {deleted} of the {before} documents of {snapshot} at {config.output.url} "
+        f"({deleted / before:.0%}), more than output.max_deleted_fraction ({limit:g}); nothing was published. "
+        "Check the input; if those documents are meant to go, run again with --allow-deletes "
+        "(run.allow_deletes: true)"
     )
 
 
@@ -427,7 +477,11 @@ def _staged_counts(output_url: str, run_id: str, config: RunConfig) -> dict[str,
     secret_values = tuple(config.secrets())
     fs, root = url_to_fs(snapshot_url(output_url, run_id), **config.output.storage_options)
     counts = {"documents_ok": 0, "documents_error": 0, "documents_skipped": 0, "chunks": 0, "tokens": 0, "input_bytes": 0, "errors": 0}
-    for table, columns in (("documents", ["status", "size_bytes"]), ("chunks", ["token_count"]), ("errors", ["stage"])):
+    for table, columns in (
+        ("documents", ["status", "size_bytes", "content_sha256"]),
+        ("chunks", ["token_count"]),
+        ("errors", ["stage"]),
+    ):
         folder = f"{root.rstrip('/')}/{table}"
         for path in list_files(fs, folder, secret_values):
             part = with_storage_retries(
@@ -439,7 +493,9 @@ def _staged_counts(output_url: str, run_id: str, config: RunConfig) -> dict[str,
             if table == "documents":
                 for status in ("ok", "error", "skipped"):
                     counts[f"documents_{status}"] += pc.sum(pc.equal(part["status"], status)).as_py() or 0
-                counts["input_bytes"] += pc.sum(part["size_bytes"]).as_py() or 0
+                # Bytes read only: a file too large to read has its size in the row, but no content hash.
+                read = pc.is_valid(part["content_sha256"])
+                counts["input_bytes"] += pc.sum(pc.if_else(read, part["size_bytes"], 0)).as_py() or 0
             elif table == "chunks":
                 counts["chunks"] += part.num_rows
                 counts["tokens"] += pc.sum(part["token_count"]).as_py() or 0

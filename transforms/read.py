@@ -5,7 +5,11 @@ Inputs are fsspec URLs: a folder (every file with one of ``extensions`` below it
 (``zip::file:///corpus.zip``). Each file's ``doc_id`` is its POSIX path relative to the input's root (the
 folder, the part of a glob before its first wildcard, or a single file's folder). A file whose name leads
 out of that root (an archive member named ``../evil.md``) is never read: it comes out with a ``problem``
-(an error row that names it) under a doc_id of the form ``_outside_input/<12 hex>/evil.md``.
+(an error row that names it) under a doc_id of the form ``_outside_input/<12 hex>/evil.md``; so is a name
+that some OS reads as absolute (``C:/x.md``, ``\\\\server\\share\\x.md``, a member named ``/x.md``).
+Local folders are walked with :func:`chunkline.pipelines.listing.walk_local_folder`: links inside the root
+are followed, links out of it or in a loop are error rows, a folder that cannot be listed is an error row of
+its own, and names that are not UTF-8 get percent-escaped ids.
 
 The transform matches files in a DoFn, groups the matches by ``doc_id`` (which spreads the reads across
 workers and settles two inputs that hold the same ``doc_id``: the first input wins, the others are
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
+import os
 import posixpath
 import re
 from collections.abc import Iterator
@@ -27,14 +32,17 @@ from typing import Any
 
 import apache_beam as beam
 import fsspec
+from fsspec.archive import AbstractArchiveFileSystem
 from fsspec.core import url_to_fs
 from fsspec.implementations.local import LocalFileSystem
+from fsspec.utils import glob_translate
 
 from chunkline.pipelines.config import InputConfig
 from chunkline.pipelines.files import StorageError, fresh_filesystem, with_storage_retries
+from chunkline.pipelines.listing import ListedEntry, utf8_name, walk_local_folder
 from chunkline.transforms.in_process import apply_in_process
 
-__all__ = ["ReadMarkdown", "SourceFile", "FileProblem", "match_input", "scrub"]
+__all__ = ["ReadMarkdown", "SourceFile", "FileProblem", "UNLISTED_FOLDER", "match_input", "scrub"]
 
 _GLOB_CHARACTERS = "*?["
 
@@ -99,12 +107,14 @@ def _glob_root(path: str) -> str:
     return path
 
 
-def _safe_doc_id(path: str, root: str) -> str | None:
+def _safe_doc_id(path: str, root: str, *, archive: bool = False) -> str | None:
     """``path`` relative to ``root`` as a clean POSIX path, or None if it escapes the root.
 
     Both are normalized first and compared as they are, never against the working folder (which
     ``relpath`` would bring in for an absolute name under a relative root). A ``..`` between backslashes
-    escapes too: a consumer on Windows would read it as a parent folder."""
+    escapes too: a consumer on Windows would read it as a parent folder; so does a name that any OS reads
+    as absolute (``C:/x.md``, ``C:\\x.md``, ``\\\\server\\share\\x.md``), and in an archive a member
+    named ``/x.md``, whose name is absolute where it would be unpacked."""
     root = posixpath.normpath(root) if root else ""
     if root and root != ".":
         path = posixpath.normpath(path)
@@ -112,12 +122,21 @@ def _safe_doc_id(path: str, root: str) -> str | None:
             return None
         relative = posixpath.relpath(path, root)
     else:
+        if archive and path.startswith(("/", "\\")):
+            return None
         relative = posixpath.normpath(path.lstrip("/"))
-    if relative in (".", "") or relative.startswith("/") or ".." in _PATH_PARTS.split(relative):
+    if (
+        relative in (".", "")
+        or relative.startswith(("/", "\\"))
+        or _DRIVE.match(relative)
+        or ".." in _PATH_PARTS.split(relative)
+    ):
         return None
     return relative
 
 
+# A Windows drive (``C:``) at the start of a name: absolute (``C:/``, ``C:\\``) or drive-relative (``C:x``).
+_DRIVE = re.compile(r"[A-Za-z]:")
 _PATH_PARTS = re.compile(r"[/\\]")
 _OUTSIDE_FOLDER = "_outside_input"
 
@@ -131,7 +150,7 @@ def _outside_doc_id(path: str) -> str:
     input that it could be mistaken for (or take the place of as a duplicate)."""
     digest = hashlib.sha256(path.encode("utf-8", "surrogatepass")).hexdigest()[:12]
     parts = [part for part in _PATH_PARTS.split(path) if part not in ("", ".", "..")]
-    return "/".join([_OUTSIDE_FOLDER, digest, *(parts or ["unnamed"])])
+    return utf8_name("/".join([_OUTSIDE_FOLDER, digest, *(parts or ["unnamed"])]))
 
 
 def _outside_problem(path: str, root: str) -> FileProblem:
@@ -150,47 +169,144 @@ def _selected(doc_id: str, config: InputConfig) -> bool:
     return not any(fnmatch.fnmatchcase(doc_id, pattern) for pattern in config.exclude)
 
 
+#: ``FileProblem.error_type`` of a folder below an input that could not be listed (see :func:`match_input`).
+UNLISTED_FOLDER = "UnlistableFolder"
+
+
 def match_input(url: str, input_index: int, config: InputConfig) -> Iterator[SourceFile]:
-    """Every file an input URL names, with its doc_id, size and modification time."""
+    """Every file an input URL names, with its doc_id, size and modification time.
+
+    A local folder or glob is walked with :func:`chunkline.pipelines.listing.walk_local_folder`: links
+    inside the root are followed; a link out of the root (``LinkOutsideInput``) or to a folder it is inside
+    (``LinkLoop``) comes out with a ``problem`` and is never read. A folder below the root that cannot be
+    listed comes out as one ``SourceFile`` with an empty ``path``, the doc_id of the folder followed by
+    ``/`` and a problem of type :data:`UNLISTED_FOLDER`: its documents are not known, which is not the
+    same as gone. Every doc_id and source_uri is valid UTF-8 (see :func:`~chunkline.pipelines.listing.utf8_name`);
+    ``path`` is the name as listed. An input whose root is missing raises ``FileNotFoundError``, one whose
+    root cannot be listed the listing's error."""
     fs, path = url_to_fs(url, **config.storage_options)
-    if isinstance(fs, LocalFileSystem):
+    local = isinstance(fs, LocalFileSystem)
+    if local:
         path = posixpath.normpath(path)
     path = path.rstrip("/") if path not in ("", "/") else path
+    archive = isinstance(fs, AbstractArchiveFileSystem)
+    extensions = tuple(extension.lower() for extension in config.extensions)
     if any(character in path for character in _GLOB_CHARACTERS):
         root = _glob_root(path)
-        found = fs.glob(path, detail=True)
-        entries = {name: info for name, info in found.items() if info.get("type") == "file"}
+        if local:
+            listed = _local_glob(path, root)
+        else:
+            found = fs.glob(path, detail=True)
+            listed = [_listed(name, info) for name, info in found.items() if info.get("type") == "file"]
     elif fs.isdir(path):
         root = path
-        extensions = tuple(extension.lower() for extension in config.extensions)
-        entries = {
-            name: info
-            for name, info in fs.find(path, detail=True).items()
-            if info.get("type") == "file" and name.lower().endswith(extensions)
-        }
+        if local:
+            entries = walk_local_folder(path)
+        else:
+            entries = (_listed(name, info) for name, info in _find_files(fs, path, url).items())
+        listed = [
+            entry
+            for entry in entries
+            if entry.kind == "unlisted" or entry.is_folder or entry.path.lower().endswith(extensions)
+        ]
     elif fs.isfile(path):
         root = posixpath.dirname(path)
-        entries = {path: fs.info(path)}
+        listed = [_listed(path, fs.info(path))]
     else:
         raise FileNotFoundError(f"input {url} does not exist")
-    for name in sorted(entries):
-        doc_id = _safe_doc_id(name, root)
-        # A name that climbs out of the root is never read, but is reported under an id of its own.
-        problem = _outside_problem(name, root) if doc_id is None else None
-        doc_id = doc_id or _outside_doc_id(name)
-        if not _selected(doc_id, config):
-            continue
-        info = entries[name]
-        size = info.get("size")
-        yield SourceFile(
-            doc_id=doc_id,
-            source_uri=_source_uri(fs, name, url),
-            input_index=input_index,
-            path=name,
-            size_bytes=int(size) if size is not None else None,
-            modified_time=_modified_time(info),
-            problem=problem,
+    for entry in sorted(listed, key=lambda entry: entry.path):
+        yield from _source_files(entry, fs, root, url, input_index, config, archive=archive)
+
+
+def _listed(name: str, info: dict[str, Any]) -> ListedEntry:
+    size = info.get("size")
+    return ListedEntry(name, "file", size_bytes=int(size) if size is not None else None, modified_time=_modified_time(info))
+
+
+def _find_files(fs: fsspec.AbstractFileSystem, path: str, url: str) -> dict[str, dict[str, Any]]:
+    """The files below ``path``. fsspec's own walk leaves out a folder it cannot list; here such a folder
+    fails the whole listing instead (the filesystem does not say which folder it was), so that its
+    documents are never taken for deleted ones."""
+    failures: list[BaseException] = []
+    if type(fs).find is fsspec.AbstractFileSystem.find:
+        found = fs.find(path, detail=True, on_error=failures.append)
+    else:
+        found = fs.find(path, detail=True)
+    if failures:
+        error = failures[0]
+        raise OSError(f"cannot list every folder of input {url}: {type(error).__name__}: {error}")
+    return {name: info for name, info in found.items() if info.get("type") == "file"}
+
+
+def _local_glob(pattern: str, root: str) -> list[ListedEntry]:
+    """A glob over a local folder, walked as a folder input is, down to the glob's depth."""
+    matches = re.compile(glob_translate(pattern)).match
+    depth = None if "**" in pattern else len(pattern[len(root):].strip("/").split("/"))
+    if not os.path.isdir(root):
+        raise FileNotFoundError(f"input {pattern} does not exist: its folder {root} is missing")
+    listed = []
+    for entry in walk_local_folder(root, maxdepth=depth):
+        if entry.kind == "unlisted" or matches(entry.path):
+            listed.append(entry)
+        elif entry.is_folder and (depth is None or len(entry.path[len(root):].strip("/").split("/")) < depth):
+            listed.append(entry)  # a folder link the glob would have walked into
+    return listed
+
+
+def _source_files(
+    entry: ListedEntry,
+    fs: fsspec.AbstractFileSystem,
+    root: str,
+    url: str,
+    input_index: int,
+    config: InputConfig,
+    *,
+    archive: bool,
+) -> Iterator[SourceFile]:
+    """The ``SourceFile`` of one listed entry (none if the input's include/exclude patterns leave it out)."""
+    name = entry.path
+    doc_id = _safe_doc_id(name, root, archive=archive)
+    # A name that climbs out of the root is never read, but is reported under an id of its own.
+    problem = _outside_problem(name, root) if doc_id is None else None
+    doc_id = utf8_name(doc_id) if doc_id is not None else _outside_doc_id(name)
+    source_uri = utf8_name(_source_uri(fs, name, url))
+    if entry.kind == "unlisted":
+        # Left out only when an exclude pattern covers the folder: its files would be left out anyway.
+        doc_id += "/"
+        if any(fnmatch.fnmatchcase(doc_id, pattern) for pattern in config.exclude):
+            return
+        message = (
+            f"folder {source_uri} could not be listed ({entry.detail}); the documents published from it "
+            "before are kept as they were. Make it readable (or move it out of the input) and run again"
         )
+        yield SourceFile(doc_id, source_uri, input_index, "", None, None, problem=FileProblem("match", UNLISTED_FOLDER, message))
+        return
+    if not _selected(doc_id, config):
+        return
+    if problem is None and entry.kind == "link_outside":
+        what = "folder" if entry.is_folder else "file"
+        problem = FileProblem(
+            "match",
+            "LinkOutsideInput",
+            f"{source_uri} is not read: it is a link to the {what} {utf8_name(entry.detail)!r}, outside the "
+            f"input's root {utf8_name(root)!r}; copy it into the input, or give its folder as an input of its own",
+        )
+    elif problem is None and entry.kind == "link_loop":
+        problem = FileProblem(
+            "match",
+            "LinkLoop",
+            f"{source_uri} is not followed: it is a link to {utf8_name(entry.detail)!r}, a folder it is inside, "
+            "whose files are read under their own path; leave it out with input.exclude",
+        )
+    yield SourceFile(
+        doc_id=doc_id,
+        source_uri=source_uri,
+        input_index=input_index,
+        path=name,
+        size_bytes=entry.size_bytes,
+        modified_time=entry.modified_time,
+        problem=problem,
+    )
 
 
 def _source_uri(fs: fsspec.AbstractFileSystem, path: str, input_url: str) -> str:
@@ -297,8 +413,9 @@ class _ReadFileFn(beam.DoFn):
 class ReadMarkdown(beam.PTransform):
     """Match the inputs' markdown files and read them: a PCollection of :class:`SourceFile`.
 
-    With ``matched`` (an incremental run's plan: ``(doc_id, matched files)`` pairs, already listed by the
-    driver) only those documents are read, spread over the workers by a reshuffle."""
+    With ``matched`` (``(doc_id, matched files)`` pairs already listed by the driver: every document of a
+    full run, the changed ones of an incremental run) only those documents are read, spread over the
+    workers by a reshuffle; without it the transform lists the inputs itself."""
 
     def __init__(
         self,

@@ -14,6 +14,7 @@ import logging
 import time
 import uuid
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -130,6 +131,13 @@ def test_s3_access_denied_at_the_commit_point_ends_the_run_and_the_previous_data
     assert_only_published_objects(s3_bucket, "out", [first, published_manifest(s3_bucket, "out")])
 
 
+def _one_document(folder: Path) -> Path:
+    """An input holding one document: an empty one would fail the run before it reaches the output."""
+    (folder / "docs").mkdir()
+    (folder / "docs" / "tide.md").write_bytes(b"# Tide\n\nHigh water at 06:12.\n")
+    return folder / "docs"
+
+
 def test_s3_credentials_that_are_not_valid_end_the_run_and_the_previous_dataset_stays(s3_bucket, moto_endpoint, local_rows, caplog, tmp_path):
     first, before, _ = _publish_first(s3_bucket, local_rows)
     revoked = s3_options(moto_endpoint, "AKIAREVOKED000000000", f"revoked-{uuid.uuid4().hex}")
@@ -137,7 +145,7 @@ def test_s3_credentials_that_are_not_valid_end_the_run_and_the_previous_dataset_
         message = _fails_quickly_naming(
             s3_bucket.url("out"),
             caplog,
-            lambda: run([str(tmp_path)], s3_bucket.url("out/"), output_options=revoked),
+            lambda: run([str(_one_document(tmp_path))], s3_bucket.url("out/"), output_options=revoked),
         )
     assert revoked["secret"] not in message
     assert s3_bucket.objects("out/") == before
@@ -167,7 +175,7 @@ def test_azure_account_key_that_is_wrong_ends_the_run_and_the_previous_dataset_s
     message = _fails_quickly_naming(
         f"{azure_container.container}/out",
         caplog,
-        lambda: run([str(tmp_path)], azure_container.url("out/"), output_options=wrong),
+        lambda: run([str(_one_document(tmp_path))], azure_container.url("out/"), output_options=wrong),
     )
     assert wrong_key not in message
     assert azure_container.objects("out/") == before

@@ -4,6 +4,7 @@ a zip archive, include/exclude patterns and extensions, and doc_ids that stay in
 from __future__ import annotations
 
 import posixpath
+import re
 import zipfile
 from pathlib import Path
 
@@ -11,9 +12,11 @@ import fsspec
 import pytest
 
 from chunkline.pipelines.publish import read_dataset
+from chunkline.pipelines.rebuild import PublishRefusedError
 from chunkline.settings import ConfigError
 
 from .conftest import (
+    all_file_digests,
     CORPUS,
     assert_document_chunks,
     documents,
@@ -282,18 +285,17 @@ def test_the_same_files_reached_through_two_inputs_are_reported_ok(reference, tm
     assert summary.documents_ok == len(CORPUS)
 
 
-def test_missing_input_is_an_error_row_not_a_crash(reference, tmp_path):
-    root, reference_output = reference
+def test_a_missing_input_fails_the_run_and_publishes_nothing(reference, tmp_path):
+    """A missing input (a renamed folder, an unmounted disk) must not publish a snapshot without its
+    documents: the run fails, naming it, and the dataset stays as it was."""
+    root, _ = reference
     output = tmp_path / "out"
+    run([root], output)
+    before = all_file_digests(output)
     missing = tmp_path / "no-such-folder"
-    summary = run([root, missing], output)
-    assert summary.documents_ok == len(CORPUS)
-    errors = rows(output, "errors")
-    assert len(errors) == 1
-    assert errors[0]["stage"] == "match" and errors[0]["error_type"] == "FileNotFoundError"
-    assert str(missing) in errors[0]["message"]
-    # Every document of the input that exists is there, chunked as usual.
-    assert content(rows(output, "chunks")) == content(rows(reference_output, "chunks"))
+    with pytest.raises(PublishRefusedError, match=f"input {re.escape(str(missing))} does not exist; nothing was published"):
+        run([root, missing], output)
+    assert all_file_digests(output) == before
 
 
 def test_read_dataset_of_memory_output_without_reference_run(memory_fs):

@@ -81,11 +81,14 @@ def test_credentials_from_the_environment_never_appear_in_outputs_logs_or_errors
     blocker = write_files(tmp_path, {"blocker": b"a file where a folder should be\n"}) / "blocker"
     runner = ["--workers", str(workers)] if workers else []
     processes = {
-        "run": _chunkline(["run", str(root), str(tmp_path / "missing"), "--output", "dataset", *runner], tmp_path),
+        "run": _chunkline(["run", str(root), "--output", "dataset", *runner], tmp_path),
         "inspect": _chunkline(["inspect", "dataset", "--errors", "20"], tmp_path),
         "failed run": _chunkline(["run", str(root), "--output", str(blocker / "dataset"), *runner], tmp_path),
+        "missing input": _chunkline(["run", str(root), str(tmp_path / "missing"), "--output", "dataset", *runner], tmp_path),
     }
     assert processes["run"].returncode == 0, processes["run"].stderr.decode()
+    assert processes["missing input"].returncode == 1, processes["missing input"].stderr.decode()
+    assert f"input {tmp_path / 'missing'} does not exist".encode() in processes["missing input"].stderr
     assert processes["inspect"].returncode == 0, processes["inspect"].stderr.decode()
     # An output below a file is refused before anything is written, in one line naming the file.
     assert processes["failed run"].returncode == 2, processes["failed run"].stderr.decode()
@@ -106,9 +109,9 @@ def test_credentials_from_the_environment_never_appear_in_outputs_logs_or_errors
 
     output = tmp_path / "dataset"
     errors = {row["doc_id"]: row for row in rows(output, "errors")}
-    assert {"bad.md", str(tmp_path / "missing")} <= set(errors)
+    assert {"bad.md"} <= set(errors)
     if not workers:  # the echoing storage is patched into this process only, not into Beam's workers
-        assert set(errors) == {"private/locked.md", "bad.md", str(tmp_path / "missing")}
+        assert set(errors) == {"private/locked.md", "bad.md"}
         assert "options {'key': '***', 'secret': '***'} may not read" in errors["private/locked.md"]["message"]
         assert "may not read" in processes["run"].stdout.decode() and "***" in processes["run"].stdout.decode()
     config = json.loads((output / "_manifest.json").read_text())["config"]
@@ -265,22 +268,18 @@ def test_zip_members_that_climb_out_are_reported_not_read_and_the_others_get_cle
     run([f"zip::{archive.as_uri()}"], output)
     found = _assert_safe_doc_ids(output)
     # The members that climb are error rows under ids of their own (tests/pipeline/test_zip_member_names.py).
+    # A member named with a leading slash is absolute where the archive is unpacked: it climbs out too.
     outside = {doc_id for doc_id in found if doc_id.startswith("_outside_input/")}
-    assert len(outside) == 3
-    assert found - outside == {"ok/a.md", "absolute.md", "inner.md", "dotted.md"}
+    assert len(outside) == 4
+    assert found - outside == {"ok/a.md", "inner.md", "dotted.md"}
     docs = documents(output)
-    assert {doc_id: row["status"] for doc_id, row in docs.items() if doc_id != "absolute.md"} == {
-        **dict.fromkeys(found - outside - {"absolute.md"}, "ok"),
+    assert {doc_id: row["status"] for doc_id, row in docs.items()} == {
+        **dict.fromkeys(found - outside, "ok"),
         **dict.fromkeys(outside, "error"),
     }
-    # A member named with a leading slash gets a clean doc_id; fsspec's zip filesystem cannot open it by
-    # that name, which is an error row like any unreadable file.
     errors = {row["doc_id"]: row for row in rows(output, "errors")}
+    assert set(errors) == outside
     assert {doc_id: errors[doc_id]["stage"] for doc_id in outside} == dict.fromkeys(outside, "match")
-    if docs["absolute.md"]["status"] == "error":
-        assert set(errors) - outside == {"absolute.md"} and errors["absolute.md"]["stage"] == "read"
-    else:
-        assert set(errors) == outside and docs["absolute.md"]["status"] == "ok"
     assert not any(path.name in ("evil.md", "deeper.md", "sneaky.md") for path in tmp_path.rglob("*"))
 
     # The same archive with a subfolder as the input root: "ok/../../sneaky.md" climbs out of it too.

@@ -128,3 +128,34 @@ def test_a_member_that_climbs_never_takes_the_place_of_the_file_it_names(tmp_pat
     assert docs["guide.md"]["status"] == "ok"
     assert "The real one." in "".join(row["text"] for row in rows_by_doc(output, "chunks")["guide.md"])
     assert docs[f"_outside_input/{hashlib.sha256(b'../guide.md').hexdigest()[:12]}/guide.md"]["status"] == "error"
+
+
+#: Member names that some OS reads as absolute -> the name parts their doc_id keeps.
+ABSOLUTE = {
+    "C:/windows-drive.md": "C:/windows-drive.md",
+    "D:\\backslash-drive.md": "D:/backslash-drive.md",
+    "\\\\server\\share\\unc.md": "server/share/unc.md",
+    "/rooted.md": "rooted.md",
+    "\\rooted-backslash.md": "rooted-backslash.md",
+}
+
+
+def test_members_named_absolute_on_any_os_are_error_rows_never_doc_ids(tmp_path):
+    archive = write_archive(
+        tmp_path / "bundle.zip",
+        {"ok/a.md": INSIDE["ok/a.md"], **{name: f"# Absolute\n\nMember {name}.\n".encode() for name in ABSOLUTE}},
+    )
+    output = tmp_path / "out"
+    run([f"zip::{archive.as_uri()}"], output)
+    docs = documents(output)
+    expected = {name: f"_outside_input/{hashlib.sha256(name.encode()).hexdigest()[:12]}/{parts}" for name, parts in ABSOLUTE.items()}
+    assert set(docs) == {"ok/a.md", *expected.values()}
+    errors = {row["doc_id"]: row for row in rows(output, "errors")}
+    for name, doc_id in expected.items():
+        assert docs[doc_id]["status"] == "error" and docs[doc_id]["chunk_count"] == 0
+        assert (errors[doc_id]["stage"], errors[doc_id]["error_type"]) == ("match", "PathOutsideInput")
+        assert repr(name) in errors[doc_id]["message"]
+    assert_clean(set(docs))
+    for doc_id in docs:
+        assert not re.match(r"[A-Za-z]:", doc_id), doc_id
+    assert rows_by_doc(output, "chunks").keys() == {"ok/a.md"}
