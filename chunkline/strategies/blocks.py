@@ -230,7 +230,14 @@ class _BlocksChunker:
         if not self.params.never_split_code or atom.kind not in SOFT_LIMIT_KINDS:
             return None
         count = self.offsets.count(atom.start_char, atom.end_char)
-        return count if count > self.max_tokens else None
+        if count <= self.max_tokens:
+            return None
+        # The atom holds the blank lines after the block: a block that fits only without them is not over
+        # the limit, and is cut with the rest of its run (before its trailing line breaks) instead.
+        content_end = atom.start_char + len(self.text[atom.start_char : atom.end_char].rstrip())
+        if self.offsets.count(atom.start_char, content_end) <= self.max_tokens:
+            return None
+        return count
 
     def _spans_of_group(self, group: list[Atom], path: tuple[str, ...]) -> list[ChunkSpan]:
         """The group as one chunk when it fits ``max_tokens``; otherwise each code atom over the limit whole
