@@ -13,9 +13,11 @@ The tokenizer is loaded once per worker in ``DoFn.setup()``, from a local file (
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import json
 import logging
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from datetime import date, datetime
@@ -61,33 +63,49 @@ def looks_binary(data: bytes) -> bool:
     return False
 
 
+# Bytes that start a character in UTF-8 (every byte but the continuation bytes 0x80-0xBF): deleting them
+# leaves the continuation bytes, so a valid stretch's length in characters is bytes minus those left.
+_CHARACTER_STARTS = bytes(byte for byte in range(256) if byte & 0xC0 != 0x80)
+_REPLACE_AND_RECORD = "chunkline.replace_and_record"
+_replaced_spans = threading.local()
+
+
+def _replace_and_record(error: UnicodeError) -> tuple[str, int]:
+    """A codec error handler: what ``errors="replace"`` does (one U+FFFD per invalid sequence the decoder
+    reports), recording each sequence's byte span for :func:`decode_markdown`."""
+    if not isinstance(error, UnicodeDecodeError):
+        raise error
+    _replaced_spans.spans.append((error.start, error.end))
+    return "\ufffd", error.end
+
+
+codecs.register_error(_REPLACE_AND_RECORD, _replace_and_record)
+
+
 def decode_markdown(data: bytes, errors: str) -> tuple[str, str, list[tuple[int, int]]]:
     """(text, encoding label, replaced bytes) of a file's bytes.
 
     A byte order mark stays in the text, so offsets match the file. With ``errors="replace"`` each run of
-    invalid bytes becomes one U+FFFD, and the third item lists ``(char_offset, byte_length)`` for each, so
-    byte offsets can still point into the file."""
+    invalid bytes that the strict decoder reports as one error becomes one U+FFFD, and the third item lists
+    ``(char_offset, byte_length)`` for each, so byte offsets can still point into the file. The bytes are
+    decoded once, whatever the number of errors."""
     if errors == "strict":
         return data.decode("utf-8"), "utf-8", []
-    parts: list[str] = []
+    _replaced_spans.spans = spans = []
+    try:
+        text = data.decode("utf-8", _REPLACE_AND_RECORD)
+    finally:
+        _replaced_spans.spans = []
     replaced: list[tuple[int, int]] = []
-    position = 0
-    length = 0
-    while True:
-        try:
-            part = data[position:].decode("utf-8")
-        except UnicodeDecodeError as error:
-            part = data[position : position + error.start].decode("utf-8")
-            parts.append(part)
-            length += len(part)
-            replaced.append((length, error.end - error.start))
-            parts.append("\ufffd")
-            length += 1
-            position += error.end
-            continue
-        parts.append(part)
-        break
-    return "".join(parts), ("utf-8 (replaced)" if replaced else "utf-8"), replaced
+    char_offset = 0
+    valid_start = 0
+    for error_start, error_end in spans:
+        valid = data[valid_start:error_start]
+        char_offset += len(valid) - len(valid.translate(None, _CHARACTER_STARTS))
+        replaced.append((char_offset, error_end - error_start))
+        char_offset += 1
+        valid_start = error_end
+    return text, ("utf-8 (replaced)" if replaced else "utf-8"), replaced
 
 
 def _json_default(value: Any) -> str:
