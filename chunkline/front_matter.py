@@ -80,6 +80,13 @@ def load_front_matter(format_name: str, body: str) -> dict[str, Any]:
 def _load_yaml(body: str) -> dict[str, Any]:
     import yaml
 
+    try:
+        # libyaml takes UTF-8: a surrogate code point (only a Python string can hold one) cannot reach it.
+        body.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise FrontMatterError(
+            f"it holds a surrogate code point (U+{ord(body[error.start]):04X}), which YAML cannot read"
+        ) from None
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(body)
     try:
         root = loader.get_single_node()

@@ -26,6 +26,7 @@ import functools
 import re
 import sys
 from bisect import bisect_left, bisect_right
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -322,7 +323,22 @@ def _block_parser() -> MarkdownIt:
 
 @functools.lru_cache(maxsize=1)
 def _inline_parser() -> MarkdownIt:
-    return MarkdownIt("commonmark")
+    parser = MarkdownIt("commonmark")
+    # Link normalization percent-encodes through UTF-8, which a surrogate code point in a link cannot pass;
+    # a heading's plain text only needs the link's text, so such a link keeps its destination as written.
+    for name in ("normalizeLink", "normalizeLinkText"):
+        setattr(parser, name, _keeping_unencodable_links(getattr(parser, name)))
+    return parser
+
+
+def _keeping_unencodable_links(normalize: Callable[[str], str]) -> Callable[[str], str]:
+    def normalized(url: str) -> str:
+        try:
+            return normalize(url)
+        except UnicodeError:
+            return url
+
+    return normalized
 
 
 _INLINE_MARKUP = frozenset("*_`[]<>!\\&~")

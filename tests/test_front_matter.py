@@ -222,6 +222,16 @@ def test_refused_front_matter_is_one_line_with_the_reason_and_the_document_still
     assert chunkline.reconstruct(chunk_markdown(text)) == text
 
 
+@pytest.mark.parametrize("loader", ["libyaml", "pure-python"])
+def test_front_matter_holding_a_surrogate_code_point_is_refused_and_the_text_still_chunks(monkeypatch, loader):
+    if loader == "pure-python":
+        monkeypatch.delattr(yaml, "CSafeLoader", raising=False)
+    text = "---\ntitle: Quay \ud800 report\n---\n# Quay report\n\nText.\n"
+    front_matter = parse_markdown(text).front_matter
+    assert front_matter.data is None and "surrogate code point (U+D800)" in front_matter.error
+    assert chunkline.reconstruct(chunk_markdown(text)) == text
+
+
 def test_the_odd_keys_corpus_file_loads_to_json_safe_data():
     data = parse_markdown(front_matter_odd_keys().decode("utf-8")).front_matter.data
     assert {"on", "2024", "yes", "2024-01-01", "null"} <= set(data)
