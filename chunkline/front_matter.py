@@ -54,6 +54,9 @@ _MAP, _SET, _OMAP, _PAIRS, _SEQ, _MERGE = (
 )
 
 
+_RECURSIVE_ALIAS = "an alias refers to a collection it is part of (a recursive alias)"
+
+
 class FrontMatterError(ValueError):
     """Front matter that cannot be loaded safely; the message says why, and where in the document."""
 
@@ -152,7 +155,7 @@ class _YamlConverter:
             self._count(node, len(node.value))
             return self._scalar(node)
         if id(node) in self._open:
-            raise self._refuse("an alias refers to a collection it is part of (a recursive alias)", node)
+            raise self._refuse(_RECURSIVE_ALIAS, node)
         if depth >= MAX_FRONT_MATTER_DEPTH:
             raise self._refuse(f"it is nested deeper than {MAX_FRONT_MATTER_DEPTH} levels", node)
         self._count(node, 0)
@@ -201,7 +204,7 @@ class _YamlConverter:
                 if not isinstance(source, yaml.MappingNode):
                     raise self._refuse("a merge key (<<) takes a mapping or a list of mappings", source)
                 if id(source) in self._open:
-                    raise self._refuse("an alias refers to a collection it is part of (a recursive alias)", source)
+                    raise self._refuse(_RECURSIVE_ALIAS, source)
                 if depth + 1 >= MAX_FRONT_MATTER_DEPTH:
                     raise self._refuse(f"it is nested deeper than {MAX_FRONT_MATTER_DEPTH} levels", source)
                 # A merge lists the source's pairs again: charge them all, not one value.

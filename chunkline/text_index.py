@@ -46,7 +46,9 @@ def as_tokenizers_see_it(text: str) -> tuple[str, list[int] | None]:
     while position < length:
         sources.append(position)
         is_pair = (
-            "\ud800" <= text[position] <= "\udbff" and position + 1 < length and "\udc00" <= text[position + 1] <= "\udfff"
+            "\ud800" <= text[position] <= "\udbff"
+            and position + 1 < length
+            and "\udc00" <= text[position + 1] <= "\udfff"
         )
         position += 2 if is_pair else 1
     sources.append(length)

@@ -272,7 +272,8 @@ def _failures_as_problems(stage: str, what_failed: str | None = None) -> Iterato
         raise
     except Exception as error:
         detail = " ".join(str(error).split()) or type(error).__name__
-        raise _Problem(stage, type(error).__name__, f"{what_failed}: {detail}" if what_failed else detail) from None
+        message = f"{what_failed}: {detail}" if what_failed else detail
+        raise _Problem(stage, type(error).__name__, message) from None
 
 
 def _check_rows_fit_schemas(rows: list[tuple[str, dict[str, Any]]]) -> None:
