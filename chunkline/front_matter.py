@@ -176,7 +176,7 @@ class _YamlConverter:
             raise
         except Exception as error:  # e.g. a date that does not exist: say which value and where
             problem = " ".join(str(error).split()) or type(error).__name__
-            raise self._refuse(f"value {node.value!r} cannot be read ({problem})", node) from None
+            raise self._refuse(f"value {_excerpt(node.value)} cannot be read ({problem})", node) from None
         return json_safe_scalar(value)
 
     def _key(self, node: Any) -> str:
@@ -297,6 +297,11 @@ def json_safe_scalar(value: Any) -> Any:
     if isinstance(value, (set, frozenset)):
         return sorted(_valid_text(str(item)) for item in value)
     return _valid_text(str(value))
+
+
+def _excerpt(value: str, limit_chars: int = 40) -> str:
+    """``value`` quoted for a message, shortened: a refused scalar may be megabytes long."""
+    return repr(value) if len(value) <= limit_chars else repr(value[:limit_chars]) + f"... ({len(value):,} characters)"
 
 
 def _valid_text(text: str) -> str:

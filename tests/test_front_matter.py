@@ -206,9 +206,10 @@ def test_nesting_deeper_than_the_limit_is_refused_and_within_it_is_kept():
         ("run: !!python/object/apply:os.system ['true']\n", "python/object/apply:os.system"),
         ("thing: !custom {a: 1}\n", "!custom"),
         ("day: 2024-13-45\n", "2024-13-45"),
+        ("big: " + "9" * 5000 + "\n", "(5,000 characters)"),
         ("a: 1\n---\nb: 2\n", None),
     ],
-    ids=["python-tag", "custom-tag-on-mapping", "impossible-date", "closes-early"],
+    ids=["python-tag", "custom-tag-on-mapping", "impossible-date", "int-too-long", "closes-early"],
 )
 def test_refused_front_matter_is_one_line_with_the_reason_and_the_document_still_rebuilds(body, words):
     text = f"---\n{body}---\n# Heading\n\nBody text.\n"
@@ -217,7 +218,7 @@ def test_refused_front_matter_is_one_line_with_the_reason_and_the_document_still
         assert front_matter.data == {"a": 1}
     else:
         assert front_matter.data is None
-        assert words in front_matter.error and "\n" not in front_matter.error
+        assert words in front_matter.error and "\n" not in front_matter.error and len(front_matter.error) < 400
         assert front_matter.error.startswith("yaml front matter could not be parsed: ")
     assert chunkline.reconstruct(chunk_markdown(text)) == text
 
