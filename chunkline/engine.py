@@ -16,7 +16,7 @@ __all__ = ["CHUNKING_VERSION", "chunk_markdown", "chunk_document", "reconstruct"
 
 #: Raised whenever the same bytes and config would give different chunks than before, so that incremental
 #: rebuilds know that chunks made by an older chunkline cannot be reused.
-CHUNKING_VERSION = "2"
+CHUNKING_VERSION = "3"
 
 
 class ReconstructionError(ValueError):

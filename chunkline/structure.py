@@ -7,12 +7,12 @@ the number of lines, so a block's range is recovered exactly by looking its line
 from the start of its first line to the start of the line after its last one (line break included).
 
 Front matter (YAML between ``---`` lines, TOML between ``+++`` lines, at the very start of the document,
-after an optional byte order mark) is recognized here, parsed with safe loaders only, and hidden from the
-markdown parser so that nothing in it becomes a heading. A fenced block that loads to something other than
-a mapping (``---`` then prose then ``---``) is markdown, not front matter; one that cannot be loaded at
-all (a syntax error, or a tag such as ``!!python/object`` that safe loading refuses) is front matter with
-an ``error`` and no data. Its characters stay in the document: chunks and
-reconstruction still cover them.
+after an optional byte order mark) is recognized here, loaded safely into JSON-safe data with bounded work
+(:mod:`chunkline.front_matter`), and hidden from the markdown parser so that nothing in it becomes a
+heading. A fenced block that loads to something other than a mapping (``---`` then prose then ``---``) is
+markdown, not front matter; one that cannot be loaded at all (a syntax error, a tag such as
+``!!python/object`` that safe loading refuses, aliases that expand too far) is front matter with an
+``error`` and no data. Its characters stay in the document: chunks and reconstruction still cover them.
 
 Quotes and list items are parsed as containers down to :data:`MAX_CONTAINER_DEPTH` levels; what is nested
 deeper is parsed with the leaf rules only (its paragraphs, fences, headings... but no further quotes or
@@ -26,6 +26,7 @@ import functools
 import re
 import sys
 from bisect import bisect_left, bisect_right
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -35,6 +36,7 @@ from markdown_it.ruler import Ruler
 from markdown_it.rules_block.state_block import StateBlock
 from markdown_it.token import Token
 
+from chunkline.front_matter import FrontMatterError, NotAMapping, load_front_matter
 from chunkline.patterns import DEFAULT_TIMEOUT_SECONDS, compile_pattern, finditer_within
 from chunkline.text_index import TextIndex
 
@@ -116,7 +118,8 @@ class FrontMatter:
     start_char: int
     end_char: int
     data: dict[str, Any] | None
-    """The parsed mapping, or ``None`` when it could not be parsed safely (see ``error``)."""
+    """The parsed mapping as JSON-safe data (text keys as written; see :mod:`chunkline.front_matter`), or
+    ``None`` when it could not be parsed safely or was refused (see ``error``)."""
     error: str | None = None
     """Why the front matter could not be parsed; ``None`` when it was."""
 
@@ -320,7 +323,22 @@ def _block_parser() -> MarkdownIt:
 
 @functools.lru_cache(maxsize=1)
 def _inline_parser() -> MarkdownIt:
-    return MarkdownIt("commonmark")
+    parser = MarkdownIt("commonmark")
+    # Link normalization percent-encodes through UTF-8, which a surrogate code point in a link cannot pass;
+    # a heading's plain text only needs the link's text, so such a link keeps its destination as written.
+    for name in ("normalizeLink", "normalizeLinkText"):
+        setattr(parser, name, _keeping_unencodable_links(getattr(parser, name)))
+    return parser
+
+
+def _keeping_unencodable_links(normalize: Callable[[str], str]) -> Callable[[str], str]:
+    def normalized(url: str) -> str:
+        try:
+            return normalize(url)
+        except UnicodeError:
+            return url
+
+    return normalized
 
 
 _INLINE_MARKUP = frozenset("*_`[]<>!\\&~")
@@ -362,46 +380,6 @@ def _find_front_matter(text: str, index: TextIndex) -> tuple[str, int, int, int]
     return None
 
 
-class _NotFrontMatter(Exception):
-    """The fenced block parsed, but not to a mapping: it is markdown (a thematic break and text)."""
-
-
-def _parse_front_matter(format_name: str, body: str) -> tuple[dict[str, Any] | None, str | None]:
-    """(data, None) for a mapping, (None, reason) for a block that looks like front matter but cannot be
-    loaded safely; raises :class:`_NotFrontMatter` when it loads to something other than a mapping."""
-    try:
-        if format_name == "yaml":
-            import yaml
-
-            loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-            data = yaml.load(body, Loader=loader)  # noqa: S506 - a SafeLoader, never the full loader
-            if data is None:
-                data = {}
-        else:
-            try:
-                import tomllib
-            except ModuleNotFoundError:  # Python 3.10
-                import tomli as tomllib
-            data = tomllib.loads(body)
-    except Exception as error:  # any parse failure is reported, never raised
-        return None, f"{format_name} front matter could not be parsed: {_load_problem(error)}; fix it in the file"
-    if not isinstance(data, dict):
-        raise _NotFrontMatter
-    return data, None
-
-
-def _load_problem(error: Exception) -> str:
-    """What went wrong loading front matter, with the line counted in the file (the body starts on line 2)."""
-    problem = getattr(error, "problem", None)
-    mark = getattr(error, "problem_mark", None)
-    if problem and mark is not None:
-        detail = f"{problem} at line {mark.line + 2}, column {mark.column + 1}"
-        if "constructor" in problem:
-            detail += " (tags that build Python objects are refused: front matter is loaded safely)"
-        return detail
-    return " ".join(str(error).split()) or type(error).__name__
-
-
 def parse_markdown(text: str) -> MarkdownDocument:
     """Parse ``text`` into a :class:`MarkdownDocument` with exact block ranges."""
     index = TextIndex(text)
@@ -410,9 +388,12 @@ def parse_markdown(text: str) -> MarkdownDocument:
     found = _find_front_matter(text, index)
     if found is not None:
         format_name, body_start, body_end, lines_covered = found
+        data, error = None, None
         try:
-            data, error = _parse_front_matter(format_name, text[body_start:body_end])
-        except _NotFrontMatter:
+            data = load_front_matter(format_name, text[body_start:body_end])
+        except FrontMatterError as refused:
+            error = f"{format_name} front matter could not be parsed: {refused}; fix it in the file"
+        except NotAMapping:
             found = None
     if found is not None:
         end_char = index.line_start(lines_covered)

@@ -11,7 +11,7 @@ from bisect import bisect_right
 from collections.abc import Iterable
 from itertools import accumulate
 
-__all__ = ["LINE_BREAK", "TextIndex", "utf8_length"]
+__all__ = ["LINE_BREAK", "TextIndex", "as_tokenizers_see_it", "utf8_length"]
 
 LINE_BREAK = re.compile(r"\r\n?|\n")
 
@@ -21,6 +21,40 @@ def utf8_length(text: str) -> int:
     if text.isascii():
         return len(text)
     return len(text.encode("utf-8", "surrogatepass"))
+
+
+def as_tokenizers_see_it(text: str) -> tuple[str, list[int] | None]:
+    """``text`` with its surrogate code points as tiktoken encodes them, and where each character came from.
+
+    A Python string can hold surrogate code points that UTF-8 cannot: tiktoken encodes such text by
+    reading it as UTF-16, so a high surrogate followed by a low one is the character they encode and any
+    other surrogate is U+FFFD. Returns ``(text, None)`` when there is none; otherwise the text tiktoken
+    encodes and, for each of its characters and one past its end, the offset in ``text`` it starts at (a
+    pair is one character standing for two)."""
+    if text.isascii():
+        return text, None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        pass
+    else:
+        return text, None
+    seen = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    sources: list[int] = []
+    position = 0
+    length = len(text)
+    while position < length:
+        sources.append(position)
+        is_pair = (
+            "\ud800" <= text[position] <= "\udbff"
+            and position + 1 < length
+            and "\udc00" <= text[position + 1] <= "\udfff"
+        )
+        position += 2 if is_pair else 1
+    sources.append(length)
+    if len(sources) != len(seen) + 1:  # not the reading described above: fail loudly, never miscount
+        raise AssertionError("surrogates were not read as UTF-16 reads them")
+    return seen, sources
 
 
 class TextIndex:

@@ -29,6 +29,7 @@ from bisect import bisect_left, bisect_right
 
 import numpy as np
 
+from chunkline.text_index import as_tokenizers_see_it
 from chunkline.tokenizers import TokenCounter
 
 __all__ = ["SPACE_CUT_PATTERNS", "TokenOffsets"]
@@ -103,18 +104,30 @@ class TokenOffsets:
         self._clean_spaces = _space_cuts(counter)
         self._cut_candidates = _CUT_CANDIDATES.get((self._clean_lines, self._clean_spaces))
         segment = text[start:end]
-        byte_ends = np.cumsum(counter.token_byte_lengths(counter.encode_array(segment)), dtype=np.int64)
         self._end_chars_list: list[int] | None = None
         self._aligned_list: list[int] | None = None
         if segment.isascii():
+            byte_ends = np.cumsum(counter.token_byte_lengths(counter.encode_array(segment)), dtype=np.int64)
             self._end_chars = byte_ends + start
             self._aligned = None  # every token end is a character boundary
             return
-        raw = np.frombuffer(segment.encode("utf-8", "surrogatepass"), dtype=np.uint8)
+        sources = None
+        try:
+            encoded = segment.encode("utf-8")
+        except UnicodeEncodeError:
+            # Surrogate code points: encode the text as tiktoken does (see as_tokenizers_see_it) and map the
+            # token ends back to offsets in the text itself.
+            segment, sources = as_tokenizers_see_it(segment)
+            encoded = segment.encode("utf-8")
+        byte_ends = np.cumsum(counter.token_byte_lengths(counter.encode_array(segment)), dtype=np.int64)
+        raw = np.frombuffer(encoded, dtype=np.uint8)
         is_char_start = (raw & 0xC0) != 0x80
         # chars_before[b] = number of characters that start before byte b.
         chars_before = np.concatenate(([0], np.cumsum(is_char_start)))
-        self._end_chars = chars_before[byte_ends] + start
+        if sources is None:
+            self._end_chars = chars_before[byte_ends] + start
+        else:
+            self._end_chars = np.asarray(sources, dtype=np.int64)[chars_before[byte_ends]] + start
         aligned = np.ones(len(byte_ends), dtype=bool)
         inside = byte_ends < len(raw)
         aligned[inside] = is_char_start[byte_ends[inside]]

@@ -69,7 +69,8 @@ def reference_positions(text: str) -> list[tuple[int, int]]:
 
 
 def reference_byte_offset(text: str, char_offset: int) -> int:
-    return len(text[:char_offset].encode("utf-8"))
+    # A surrogate code point (which only a Python string can hold) counts as the 3 bytes it would occupy.
+    return len(text[:char_offset].encode("utf-8", "surrogatepass"))
 
 
 def exact_token_count(counter, text: str) -> int:
@@ -161,14 +162,14 @@ def assert_invariants(
         assert chunk.token_count <= config.max_tokens or (over_limit_allowed and over_limit_allowed(chunk)), where
         assert chunk.start_byte == reference_byte_offset(text, chunk.start_char), where
         assert chunk.end_byte == reference_byte_offset(text, chunk.end_char), where
-        assert chunk.end_byte - chunk.start_byte == len(chunk.text.encode("utf-8")), where
+        assert chunk.end_byte - chunk.start_byte == len(chunk.text.encode("utf-8", "surrogatepass")), where
         assert (chunk.start_line, chunk.start_column) == positions[chunk.start_char], where
         last = chunk.end_char - 1 if chunk.end_char > chunk.start_char else chunk.start_char
         assert (chunk.end_line, chunk.end_column) == positions[last], where
         assert chunk.chunk_index == number, where
         assert chunk.chunk_id == f"{doc_id}#{number}", where
         assert chunk.chunk_uuid == str(uuid.uuid5(CHUNK_UUID_NAMESPACE, chunk.chunk_id)), where
-        assert chunk.content_sha256 == hashlib.sha256(chunk.text.encode("utf-8")).hexdigest(), where
+        assert chunk.content_sha256 == hashlib.sha256(chunk.text.encode("utf-8", "surrogatepass")).hexdigest(), where
         assert chunk.doc_id == doc_id and chunk.source_uri == source_uri, where
         assert chunk.strategy == config.strategy, where
         assert isinstance(chunk.heading_path, tuple), where

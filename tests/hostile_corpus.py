@@ -439,6 +439,42 @@ def front_matter_python_object(marker: str | Path = f"/tmp/{PYTHON_OBJECT_MARKER
     ).encode("utf-8")
 
 
+def front_matter_odd_keys() -> bytes:
+    """YAML front matter whose keys YAML reads as a bool, an int, a date or null (``on: push`` in a CI
+    document), with binary, set, NaN and merge values: it must load to JSON-safe data, keys as written."""
+    return (
+        b"---\n"
+        b"name: Deploy the quay dashboard\n"
+        b"on:\n  push:\n    branches: [main]\n"
+        b"2024: the year the gauges were replaced\n"
+        b"yes: confirmed by the harbour master\n"
+        b"2024-01-01: new sensors online\n"
+        b"null: no reading\n"
+        b"defaults: &defaults {unit: cm, every: 60}\n"
+        b"tide: {<<: *defaults, every: 30}\n"
+        b"logo: !!binary aGFyYm91cg==\n"
+        b"labels: !!set {wind, tide}\n"
+        b"calibration: .nan\n"
+        b"---\n"
+        b"# Deploying the dashboard\n\nPushes to main deploy the dashboard.\n"
+    )
+
+
+def front_matter_billion_laughs() -> bytes:
+    """A few hundred bytes of YAML front matter whose nested aliases stand for 9**9 strings ("billion
+    laughs"): refused as soon as the expansion passes its bound, never expanded."""
+    names = "abcdefghi"
+    levels = [f"a: &a [{', '.join(['lol'] * 9)}]"]
+    for name, previous in zip(names[1:], names):
+        levels.append(f"{name}: &{name} [{', '.join([f'*{previous}'] * 9)}]")
+    return ("---\n" + "\n".join(levels) + "\n---\n# Laughs\n\nThe front matter above is refused.\n").encode("utf-8")
+
+
+def front_matter_recursive_alias() -> bytes:
+    """YAML front matter with an alias inside the collection it names: a structure with no end, refused."""
+    return b"---\ntitle: Loop\nstations: &stations [north, south, *stations]\n---\n# Loop\n\nText.\n"
+
+
 # --------------------------------------------------------------------------------------------------
 # Tokenizer and Unicode edge cases
 # --------------------------------------------------------------------------------------------------
@@ -531,6 +567,9 @@ HOSTILE_FILES: dict[str, Callable[[], bytes]] = {
     "front_matter_toml.md": front_matter_toml,
     "front_matter_unclosed.md": front_matter_unclosed,
     "front_matter_python_object.md": front_matter_python_object,
+    "front_matter_odd_keys.md": front_matter_odd_keys,
+    "front_matter_billion_laughs.md": front_matter_billion_laughs,
+    "front_matter_recursive_alias.md": front_matter_recursive_alias,
     "tiktoken_special_tokens.md": tiktoken_special_tokens,
     "emoji_zwj_sequences.md": emoji_zwj_sequences,
     "combining_marks.md": combining_marks,
@@ -546,6 +585,8 @@ EXPECTED_ERRORS: dict[str, tuple[str, str]] = {
     "latin1.md": ("decode", "InvalidUtf8"),
     "binary_png_named.md": ("decode", "BinaryFile"),
     "front_matter_python_object.md": ("parse", "InvalidFrontMatter"),
+    "front_matter_billion_laughs.md": ("parse", "InvalidFrontMatter"),
+    "front_matter_recursive_alias.md": ("parse", "InvalidFrontMatter"),
 }
 
 #: Text every line that must not be a heading carries (in code, HTML blocks, comments, JSX...).

@@ -205,6 +205,22 @@ def test_fence_over_max_tokens_is_kept_whole_as_the_soft_bound(counter):
     assert {"fence", "code_block"} == SOFT_LIMIT_KINDS
 
 
+@pytest.mark.parametrize("target", ["bytes", "tokens"])
+@pytest.mark.parametrize("after", ["", "\nAfter the code.\n", "\n\n\nAfter the code.\n"])
+def test_fence_of_exactly_max_tokens_is_whole_and_its_blank_lines_do_not_push_it_over(counter, target, after):
+    fence = long_fence(8)
+    max_tokens = exact_token_count(counter, fence.rstrip())
+    assert exact_token_count(counter, fence + "\n") > max_tokens  # the line break after the fence costs a token
+    text = "# Listing\n\nBefore the code.\n\n" + fence + "\n" + after
+    config = blocks_config(target=target, max_tokens=max_tokens)
+    chunks = chunk_markdown(text, config)
+    assert_invariants(text, chunks, config)
+    assert_partition(text, chunks)
+    assert max(chunk.token_count for chunk in chunks) <= max_tokens
+    assert any(chunk.text.startswith(fence.rstrip()) for chunk in chunks)
+    assert assert_protected_blocks_whole(text, chunks, max_tokens, counter) == 1
+
+
 def test_code_under_the_byte_target_but_over_max_tokens_is_kept_whole_on_its_own():
     fence = long_fence(60)
     before = "Before the code, a paragraph of a few words.\n\n"

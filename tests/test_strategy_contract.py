@@ -106,6 +106,45 @@ def test_strategy_keeps_the_contract_on_generated_markdown(name, text, max_token
     check_strategy(name, text, max_tokens, int(max_tokens * overlap_share))
 
 
+#: Surrogate code points as a Python string can hold them (from ``chr``, JSON or an API, never from
+#: decoding UTF-8): lone highs and lows, a valid pair, a pair reversed, two highs then a low.
+SURROGATES = ["\ud800", "\udfff", "\udbff", "\udc00", "\ud83d\ude00", "\ude00\ud83d", "\ud800\ud800\udc00"]
+
+
+@st.composite
+def markdown_with_surrogates(draw) -> str:
+    """Generated markdown with surrogates inserted anywhere: in words, headings, fences, next to spaces and
+    line breaks, at the very start and end."""
+    text = draw(markdown_documents())
+    for _ in range(draw(st.integers(1, 8))):
+        position = draw(st.integers(0, len(text)))
+        text = text[:position] + draw(st.sampled_from(SURROGATES)) + text[position:]
+    return text
+
+
+@pytest.mark.parametrize("name", STRATEGIES)
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a\ud800b",
+        "\ud800",
+        "# Title \udc00\n\nBody \ud83d\ude00 text.\n",
+        "# [Link](http://a\ud800b) and <http://c\udc00d>\n\nBody.\n",
+        "---\ntitle: \ud800\n---\n# After\n",
+    ],
+    ids=["lone", "only", "heading", "heading-links", "front-matter"],
+)
+def test_strategy_chunks_text_with_surrogates(name, text):
+    check_strategy(name, text, 64, 8)
+
+
+@pytest.mark.parametrize("name", STRATEGIES)
+@settings(max_examples=40)
+@given(text=markdown_with_surrogates(), max_tokens=st.integers(64, 300), overlap_share=st.floats(0, 0.5))
+def test_strategy_keeps_the_contract_on_generated_markdown_with_surrogates(name, text, max_tokens, overlap_share):
+    check_strategy(name, text, max_tokens, int(max_tokens * overlap_share))
+
+
 def test_an_installed_strategy_runs_by_name_in_the_pipeline(tmp_path):
     from chunkline.pipelines.config import load_run_config
     from chunkline.pipelines.publish import read_dataset

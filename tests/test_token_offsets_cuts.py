@@ -20,6 +20,7 @@ import tiktoken
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from chunkline.text_index import as_tokenizers_see_it
 from chunkline.token_offsets import SPACE_CUT_PATTERNS, TokenOffsets
 from chunkline.tokenizers import TiktokenCounter
 
@@ -109,3 +110,42 @@ def test_cl100k_counts_of_slices_of_hostile_files(counter, name):
         start = rng.randrange(len(text))
         end = min(len(text), start + rng.randrange(1, 2500))
         assert offsets.count(start, end) == counter.count(text[start:end]), (start, end)
+
+
+# --------------------------------------------------------------------------------------------------
+# Text with surrogate code points (only a Python string can hold them)
+# --------------------------------------------------------------------------------------------------
+
+SURROGATE_FRAGMENTS = ["\ud800", "\udbff", "\udc00", "\udfff", "\ud83d\ude00", "\ude00\ud83d"]
+texts_with_surrogates = st.lists(st.sampled_from(FRAGMENTS + SURROGATE_FRAGMENTS * 3), min_size=1, max_size=60).map(
+    "".join
+)
+
+
+@settings(max_examples=300)
+@given(text=texts_with_surrogates)
+def test_surrogates_are_read_as_tiktoken_reads_them_and_mapped_back_to_their_offsets(text):
+    seen, sources = as_tokenizers_see_it(text)
+    assert seen == text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    if sources is None:
+        assert seen == text
+        return
+    assert sources[0] == 0 and sources[-1] == len(text) and len(sources) == len(seen) + 1
+    for number, character in enumerate(seen):
+        piece = text[sources[number] : sources[number + 1]]
+        assert piece.encode("utf-16", "surrogatepass").decode("utf-16", "replace") == character
+
+
+@pytest.mark.parametrize("name", ["cl100k_base", *sorted(PATTERN_COUNTERS)])
+@settings(max_examples=200)
+@given(text=texts_with_surrogates, data=st.data())
+def test_slice_counts_of_text_with_surrogates_match_encoding_the_slice(counter, name, text, data):
+    counter = counter if name == "cl100k_base" else PATTERN_COUNTERS[name]
+    offsets = TokenOffsets(text, 0, len(text), counter)
+    ends = offsets.token_end_chars
+    assert ends == sorted(ends) and all(0 <= end <= len(text) for end in ends)
+    start = data.draw(st.integers(0, len(text)))
+    end = data.draw(st.integers(start, len(text)))
+    assert offsets.count(start, end) == counter.count(text[start:end])
+    cuts = sorted(set(data.draw(st.lists(st.integers(0, len(text)), max_size=8))))
+    assert offsets.counts_between(cuts) == [counter.count(text[a:b]) for a, b in zip(cuts, cuts[1:])]

@@ -3,28 +3,34 @@
 The output has one element per document: the list of its ``(table, row)`` pairs, ``row`` a plain dict of
 one of the dataset's tables: ``chunks``, ``documents`` (exactly one row per input document, whatever
 became of it) and ``errors``. (One output rather than three tagged ones: the DaskRunner mixes up tagged
-outputs.) Bad input never
-raises: a binary file, invalid UTF-8 under ``encoding_errors: strict``, a file that was too large or could
-not be read, or a document the strategy fails on each becomes one ``errors`` row and a ``documents`` row
-with status ``error``, and the run goes on.
+outputs.) Bad input never raises: a binary file, invalid UTF-8 under ``encoding_errors: strict``, a file
+that was too large or could not be read, front matter that is refused, a document the parser or the
+strategy fails on, or rows that the tables cannot hold each become one ``errors`` row and a ``documents``
+row with status ``error``, and the run goes on. Every step that looks at a document runs inside that
+per-document handling.
 
 The tokenizer is loaded once per worker in ``DoFn.setup()``, from a local file (never the network).
 """
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import json
 import logging
+import threading
 import time
+from collections import defaultdict
 from collections.abc import Iterable, Iterator
-from datetime import date, datetime
+from contextlib import contextmanager
 from typing import Any
 
 import apache_beam as beam
+import pyarrow as pa
 
 from chunkline.config import ChunkConfig
 from chunkline.engine import chunk_document
+from chunkline.schemas import TABLE_SCHEMAS
 from chunkline.structure import parse_markdown
 from chunkline.tokenizers import get_token_counter
 from chunkline.transforms.in_process import apply_in_process
@@ -61,39 +67,49 @@ def looks_binary(data: bytes) -> bool:
     return False
 
 
+# Bytes that start a character in UTF-8 (every byte but the continuation bytes 0x80-0xBF): deleting them
+# leaves the continuation bytes, so a valid stretch's length in characters is bytes minus those left.
+_CHARACTER_STARTS = bytes(byte for byte in range(256) if byte & 0xC0 != 0x80)
+_REPLACE_AND_RECORD = "chunkline.replace_and_record"
+_replaced_spans = threading.local()
+
+
+def _replace_and_record(error: UnicodeError) -> tuple[str, int]:
+    """A codec error handler: what ``errors="replace"`` does (one U+FFFD per invalid sequence the decoder
+    reports), recording each sequence's byte span for :func:`decode_markdown`."""
+    if not isinstance(error, UnicodeDecodeError):
+        raise error
+    _replaced_spans.spans.append((error.start, error.end))
+    return "\ufffd", error.end
+
+
+codecs.register_error(_REPLACE_AND_RECORD, _replace_and_record)
+
+
 def decode_markdown(data: bytes, errors: str) -> tuple[str, str, list[tuple[int, int]]]:
     """(text, encoding label, replaced bytes) of a file's bytes.
 
     A byte order mark stays in the text, so offsets match the file. With ``errors="replace"`` each run of
-    invalid bytes becomes one U+FFFD, and the third item lists ``(char_offset, byte_length)`` for each, so
-    byte offsets can still point into the file."""
+    invalid bytes that the strict decoder reports as one error becomes one U+FFFD, and the third item lists
+    ``(char_offset, byte_length)`` for each, so byte offsets can still point into the file. The bytes are
+    decoded once, whatever the number of errors."""
     if errors == "strict":
         return data.decode("utf-8"), "utf-8", []
-    parts: list[str] = []
+    _replaced_spans.spans = spans = []
+    try:
+        text = data.decode("utf-8", _REPLACE_AND_RECORD)
+    finally:
+        _replaced_spans.spans = []
     replaced: list[tuple[int, int]] = []
-    position = 0
-    length = 0
-    while True:
-        try:
-            part = data[position:].decode("utf-8")
-        except UnicodeDecodeError as error:
-            part = data[position : position + error.start].decode("utf-8")
-            parts.append(part)
-            length += len(part)
-            replaced.append((length, error.end - error.start))
-            parts.append("\ufffd")
-            length += 1
-            position += error.end
-            continue
-        parts.append(part)
-        break
-    return "".join(parts), ("utf-8 (replaced)" if replaced else "utf-8"), replaced
-
-
-def _json_default(value: Any) -> str:
-    if isinstance(value, (datetime, date)):
-        return value.isoformat()
-    return str(value)
+    char_offset = 0
+    valid_start = 0
+    for error_start, error_end in spans:
+        valid = data[valid_start:error_start]
+        char_offset += len(valid) - len(valid.translate(None, _CHARACTER_STARTS))
+        replaced.append((char_offset, error_end - error_start))
+        char_offset += 1
+        valid_start = error_end
+    return text, ("utf-8 (replaced)" if replaced else "utf-8"), replaced
 
 
 class _ChunkDocumentsFn(beam.DoFn):
@@ -112,15 +128,32 @@ class _ChunkDocumentsFn(beam.DoFn):
 
     def process(self, source: SourceFile) -> Iterator[list[tuple[str, dict[str, Any]]]]:
         # One element per document: a runner's cost per element is paid once, not once per chunk.
-        yield list(self._rows(source))
+        yield self._rows(source)
 
-    def _rows(self, source: SourceFile) -> Iterator[tuple[str, dict[str, Any]]]:
+    def _rows(self, source: SourceFile) -> list[tuple[str, dict[str, Any]]]:
+        """The document's rows: its chunks and its ``documents`` row, or its error rows. Every step that
+        looks at the document's bytes, text or front matter runs in here, so that whatever one document
+        holds becomes its own error row and never an exception out of the DoFn (which would fail the run)."""
         if source.problem is not None:
-            yield from self._problem_rows(source, source.problem)
-            return
+            return list(self._problem_rows(source, source.problem))
         data = source.data or b""
         document_row = self._document_row(source, data)
         try:
+            rows = self._chunk_rows(source, data, document_row)
+        except _Problem as problem:
+            failure = FileProblem(problem.stage, problem.error_type, problem.message)
+            # A fresh row: the failed one may hold half of an ok row's values; how it decoded still holds.
+            failed_row = self._document_row(source, data)
+            failed_row["encoding"] = document_row["encoding"]
+            return list(self._problem_rows(source, failure, failed_row))
+        self._progress(len(data))
+        return rows
+
+    def _chunk_rows(
+        self, source: SourceFile, data: bytes, document_row: dict[str, Any]
+    ) -> list[tuple[str, dict[str, Any]]]:
+        """The rows of a document that chunks; raises :class:`_Problem` for one that does not."""
+        with _failures_as_problems("decode", "the file could not be decoded"):
             if looks_binary(data):
                 raise _Problem(
                     "decode",
@@ -137,42 +170,39 @@ class _ChunkDocumentsFn(beam.DoFn):
                     f"not valid UTF-8 at byte {error.start} ({error.reason}); fix the file or set "
                     "input.encoding_errors: replace to chunk it with U+FFFD in place of bad bytes",
                 ) from None
-            document_row["encoding"] = encoding
+        document_row["encoding"] = encoding
+        with _failures_as_problems("parse", "markdown could not be parsed"):
             document = parse_markdown(text)
-            front_matter = document.front_matter
-            if front_matter is not None and front_matter.error is not None:
-                raise _Problem("parse", "InvalidFrontMatter", front_matter.error)
-            try:
-                chunks = chunk_document(
-                    document,
-                    self._config,
-                    self._counter,
-                    doc_id=source.doc_id,
-                    source_uri=source.source_uri,
-                    replaced_bytes=replaced_bytes,
-                )
-            except Exception as error:  # a strategy's failure on one document must not stop the run
-                raise _Problem("chunk", type(error).__name__, str(error)) from None
-        except _Problem as problem:
-            yield from self._problem_rows(source, FileProblem(problem.stage, problem.error_type, problem.message), document_row)
-            return
-        token_total = 0
-        for chunk in chunks:
-            token_total += chunk.token_count
-            yield (CHUNKS, chunk.to_dict())
-        document_row.update(
-            status="ok",
-            chunk_count=len(chunks),
-            token_count=token_total,
-            title=document.title,
-            front_matter=(
-                json.dumps(front_matter.data, sort_keys=True, ensure_ascii=False, default=_json_default)
-                if front_matter is not None
-                else None
-            ),
-        )
-        yield DOCUMENTS, document_row
-        self._progress(len(data))
+        front_matter = document.front_matter
+        if front_matter is not None and front_matter.error is not None:
+            raise _Problem("parse", "InvalidFrontMatter", front_matter.error)
+        # A strategy's failure on one document must not stop the run; nor must a row that cannot be built or
+        # stored.
+        with _failures_as_problems("chunk"):
+            chunks = chunk_document(
+                document,
+                self._config,
+                self._counter,
+                doc_id=source.doc_id,
+                source_uri=source.source_uri,
+                replaced_bytes=replaced_bytes,
+            )
+        with _failures_as_problems("chunk", "its rows could not be built"):
+            rows: list[tuple[str, dict[str, Any]]] = [(CHUNKS, chunk.to_dict()) for chunk in chunks]
+            document_row.update(
+                status="ok",
+                chunk_count=len(chunks),
+                token_count=sum(chunk.token_count for chunk in chunks),
+                title=document.title,
+                front_matter=(
+                    json.dumps(front_matter.data, sort_keys=True, ensure_ascii=False, allow_nan=False)
+                    if front_matter is not None
+                    else None
+                ),
+            )
+            rows.append((DOCUMENTS, document_row))
+        _check_rows_fit_schemas(rows)
+        return rows
 
     def _progress(self, size: int) -> None:
         self._documents_done += 1
@@ -230,6 +260,36 @@ class _Problem(Exception):
         self.stage = stage
         self.error_type = error_type
         self.message = message
+
+
+@contextmanager
+def _failures_as_problems(stage: str, what_failed: str | None = None) -> Iterator[None]:
+    """Any exception in the block becomes a :class:`_Problem` of ``stage``: the error's type, and its
+    message on one line, after ``what_failed`` when given (a strategy's errors speak for themselves)."""
+    try:
+        yield
+    except _Problem:
+        raise
+    except Exception as error:
+        detail = " ".join(str(error).split()) or type(error).__name__
+        message = f"{what_failed}: {detail}" if what_failed else detail
+        raise _Problem(stage, type(error).__name__, message) from None
+
+
+def _check_rows_fit_schemas(rows: list[tuple[str, dict[str, Any]]]) -> None:
+    """Convert the document's rows to Arrow as the writer will, so that a value its table cannot hold is
+    this document's error row here rather than a failed write of a whole shard later."""
+    by_table: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for table, row in rows:
+        by_table[table].append(row)
+    for table, table_rows in by_table.items():
+        try:
+            pa.Table.from_pylist(table_rows, schema=TABLE_SCHEMAS[table][0])
+        except (pa.ArrowException, TypeError, ValueError, OverflowError) as error:
+            detail = " ".join(str(error).split()) or type(error).__name__
+            raise _Problem(
+                "chunk", "RowDoesNotFitSchema", f"a {table} row of this document cannot be stored: {detail}"
+            ) from None
 
 
 class ChunkDocuments(beam.PTransform):

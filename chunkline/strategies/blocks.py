@@ -19,7 +19,8 @@ How the chunks are made
    split at the best boundaries (:func:`chunkline.splitting.split_at_boundaries`, no overlap, pieces marked
    ``is_sub_split``). The one exception is the documented soft bound: with ``never_split_code: true`` (the
    default) a top-level fenced or indented code block (:data:`SOFT_LIMIT_KINDS`) over the limit is kept whole
-   as a chunk of exactly that one atom — the seed's "hard-capped only inside an intact code block".
+   as a chunk of exactly that one atom — the seed's "hard-capped only inside an intact code block". A block
+   whose lines fit and only its trailing blank lines go over is not over the limit: it is cut before them.
    :func:`soft_limit_spans` lists the ranges allowed to exceed the limit. Code inside a list item or a
    quote is part of that atom; it is kept whole when it fits within ``max_tokens`` and cut between lines
    when it does not.
@@ -230,7 +231,14 @@ class _BlocksChunker:
         if not self.params.never_split_code or atom.kind not in SOFT_LIMIT_KINDS:
             return None
         count = self.offsets.count(atom.start_char, atom.end_char)
-        return count if count > self.max_tokens else None
+        if count <= self.max_tokens:
+            return None
+        # The atom holds the blank lines after the block: a block that fits only without them is not over
+        # the limit, and is cut with the rest of its run (before its trailing line breaks) instead.
+        content_end = atom.start_char + len(self.text[atom.start_char : atom.end_char].rstrip())
+        if self.offsets.count(atom.start_char, content_end) <= self.max_tokens:
+            return None
+        return count
 
     def _spans_of_group(self, group: list[Atom], path: tuple[str, ...]) -> list[ChunkSpan]:
         """The group as one chunk when it fits ``max_tokens``; otherwise each code atom over the limit whole
