@@ -7,14 +7,14 @@ folder, the part of a glob before its first wildcard, or a single file's folder)
 out of that root (an archive member named ``../evil.md``) is never read: it comes out with a ``problem``
 (an error row that names it) under a doc_id of the form ``_outside_input/<12 hex>/evil.md``; so is a name
 that some OS reads as absolute (``C:/x.md``, ``\\\\server\\share\\x.md``, a member named ``/x.md``).
-Local folders are walked with :func:`chunkline.pipelines.listing.walk_local_folder`: links inside the root
+Local folders are walked with :func:`chunkline.dataset.inputs.walk_local_folder`: links inside the root
 are followed, links out of it or in a loop are error rows, a folder that cannot be listed is an error row of
 its own, and names that are not UTF-8 get percent-escaped ids.
 
 The transform matches files in a DoFn, groups the matches by ``doc_id`` (which spreads the reads across
 workers and settles two inputs that hold the same ``doc_id``: the first input wins, the others are
 reported as skipped), then reads each file in a DoFn that builds its filesystems once per worker. A
-transient storage error is retried (see :func:`chunkline.pipelines.files.with_storage_retries`); a file
+transient storage error is retried (see :func:`chunkline.dataset.storage.with_storage_retries`); a file
 that still cannot be read is not an exception: it comes out as a :class:`SourceFile` with ``problem`` set.
 """
 
@@ -37,9 +37,9 @@ from fsspec.core import url_to_fs
 from fsspec.implementations.local import LocalFileSystem
 from fsspec.utils import glob_translate
 
-from chunkline.pipelines.config import InputConfig
-from chunkline.pipelines.files import StorageError, fresh_filesystem, with_storage_retries
-from chunkline.pipelines.listing import ListedEntry, utf8_name, walk_local_folder
+from chunkline.dataset.settings import InputConfig
+from chunkline.dataset.storage import StorageError, fresh_filesystem, with_storage_retries
+from chunkline.dataset.inputs import ListedEntry, utf8_name, walk_local_folder
 from chunkline.transforms.in_process import apply_in_process
 
 __all__ = ["ReadMarkdown", "SourceFile", "FileProblem", "UNLISTED_FOLDER", "match_input", "scrub"]
@@ -176,12 +176,12 @@ UNLISTED_FOLDER = "UnlistableFolder"
 def match_input(url: str, input_index: int, config: InputConfig) -> Iterator[SourceFile]:
     """Every file an input URL names, with its doc_id, size and modification time.
 
-    A local folder or glob is walked with :func:`chunkline.pipelines.listing.walk_local_folder`: links
+    A local folder or glob is walked with :func:`chunkline.dataset.inputs.walk_local_folder`: links
     inside the root are followed; a link out of the root (``LinkOutsideInput``) or to a folder it is inside
     (``LinkLoop``) comes out with a ``problem`` and is never read. A folder below the root that cannot be
     listed comes out as one ``SourceFile`` with an empty ``path``, the doc_id of the folder followed by
     ``/`` and a problem of type :data:`UNLISTED_FOLDER`: its documents are not known, which is not the
-    same as gone. Every doc_id and source_uri is valid UTF-8 (see :func:`~chunkline.pipelines.listing.utf8_name`);
+    same as gone. Every doc_id and source_uri is valid UTF-8 (see :func:`~chunkline.dataset.inputs.utf8_name`);
     ``path`` is the name as listed. An input whose root is missing raises ``FileNotFoundError``, one whose
     root cannot be listed the listing's error."""
     fs, path = url_to_fs(url, **config.storage_options)

@@ -13,13 +13,13 @@ bytes and the same name, whatever the runner, the bundling or the number of work
 With a previous snapshot (``WriteSettings.previous``) the merge also writes the shard's ``changes/``
 tables: the chunk rows to upsert and the chunk ids to delete, found by comparing the shard's rows with the
 previous snapshot's. In an incremental run only the documents that changed were chunked; the run's plan
-(``keep-<shard>.json`` under the staging prefix, see :mod:`chunkline.pipelines.rebuild`) names the
+(``keep-<shard>.json`` under the staging prefix, see :mod:`chunkline.dataset.rebuild`) names the
 documents whose rows are carried over unchanged from the previous snapshot's part, and a shard in which
 nothing changed has its previous part files copied as they are.
 
 Nothing depends on outputs emitted from ``finish_bundle`` (the DaskRunner drops them, which is why Beam's
 own Parquet sink writes no rows there). The parts land in the run's own snapshot folder, which no reader
-looks at until publishing (see :mod:`chunkline.pipelines.publish`) names it, after the pipeline succeeded.
+looks at until publishing (see :mod:`chunkline.dataset.publish`) names it, after the pipeline succeeded.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 from fsspec.core import url_to_fs
 
-from chunkline.pipelines.files import (
+from chunkline.dataset.storage import (
     list_files,
     parquet_bytes,
     read_file_bytes,
@@ -48,7 +48,7 @@ from chunkline.pipelines.files import (
     storage_url,
     write_file_atomically,
 )
-from chunkline.pipelines.publish import verify_part
+from chunkline.dataset.publish import verify_part
 from chunkline.schemas import ROW_TABLES, TABLE_SCHEMAS
 from chunkline.transforms.in_process import apply_in_process
 
@@ -107,7 +107,7 @@ def part_shard(path: str) -> int | None:
 
 
 def keep_plan_path(staging_root: str, shard: int) -> str:
-    """Where an incremental run's plan for one shard lives (see :mod:`chunkline.pipelines.rebuild`)."""
+    """Where an incremental run's plan for one shard lives (see :mod:`chunkline.dataset.rebuild`)."""
     return f"{staging_root.rstrip('/')}/plan/keep-{shard:05d}.json"
 
 

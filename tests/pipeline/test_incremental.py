@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import chunkline.transforms.chunk as chunk_module
-from chunkline.pipelines.publish import (
+from chunkline.dataset.publish import (
     ConcurrentRunError,
     DatasetNotFoundError,
     list_snapshots,

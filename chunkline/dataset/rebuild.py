@@ -44,12 +44,12 @@ from fsspec.core import url_to_fs
 from fsspec.implementations.local import LocalFileSystem
 
 from chunkline.engine import CHUNKING_VERSION
-from chunkline.pipelines.config import RunConfig
-from chunkline.pipelines.files import fresh_filesystem, with_storage_retries, write_file_atomically
-from chunkline.pipelines.publish import DamagedDatasetError, manifest_problem
+from chunkline.dataset.settings import RunConfig
+from chunkline.dataset.storage import fresh_filesystem, with_storage_retries, write_file_atomically
+from chunkline.dataset.publish import DamagedDatasetError, manifest_problem
 from chunkline.schemas import SCHEMA_VERSION
-from chunkline.pipelines.files import StorageError
-from chunkline.pipelines.publish import read_dataset
+from chunkline.dataset.storage import StorageError
+from chunkline.dataset.publish import read_dataset
 from chunkline.transforms import read as read_transforms
 from chunkline.transforms.read import UNLISTED_FOLDER, SourceFile, scrub
 from chunkline.transforms.write import PreviousSnapshot, keep_plan_path, shard_of

@@ -31,7 +31,7 @@ the output; readers get one :class:`DamagedDatasetError` line naming what is dam
 marker for tools that wait for one, never read by chunkline: a stale one is rewritten by the next run.
 
 Only one run may write an output at a time: :func:`acquire_output_lock` (from
-:mod:`chunkline.pipelines.lock`) takes ``_lock.json`` in one exclusive create that carries its content,
+:mod:`chunkline.dataset.lock`) takes ``_lock.json`` in one exclusive create that carries its content,
 refuses with a clear message while another live run holds it, and lets exactly one of the runs that find a
 dead run's lock replace it.
 """
@@ -53,8 +53,8 @@ import pyarrow.parquet as pq
 from fsspec.core import url_to_fs
 
 from chunkline.schemas import ROW_TABLES, SCHEMA_VERSION, TABLE_SCHEMAS
-from chunkline.pipelines.config import storage_secrets
-from chunkline.pipelines.files import (
+from chunkline.dataset.settings import storage_secrets
+from chunkline.dataset.storage import (
     list_files,
     parquet_bytes,
     read_parquet_bytes,
@@ -63,7 +63,7 @@ from chunkline.pipelines.files import (
     storage_url,
     write_file_atomically,
 )
-from chunkline.pipelines.lock import (  # re-exported: the lock is part of this module's interface
+from chunkline.dataset.lock import (  # re-exported: the lock is part of this module's interface
     LOCK_NAME,
     ConcurrentRunError,
     OutputLock,
