@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from chunkline import __version__
 from chunkline.config import ChunkConfig, ConfigError, load_chunk_config
+from chunkline.dataset.decoding import BinaryFileError, decode_file
 from chunkline.engine import chunk_document
 from chunkline.dataset.storage import StorageError, scrub_secrets
 from chunkline.dataset.inputs import utf8_name, walk_local_folder
@@ -467,7 +468,7 @@ def _chunk_command(arguments: argparse.Namespace) -> int:
             continue
         try:
             data = _read_markdown_file(file)
-            text = data.decode("utf-8")
+            text = decode_file(data, "strict")[0]
         except (OSError, UnicodeDecodeError, ValueError) as error:
             failures += 1
             print(f"chunkline: {label}: {_describe_read_error(error)}", file=sys.stderr)
@@ -513,6 +514,8 @@ def _read_markdown_file(file: Path) -> bytes:
 def _describe_read_error(error: Exception) -> str:
     if isinstance(error, UnicodeDecodeError):
         return f"not valid UTF-8 (byte {error.start}: {error.reason}); skipped"
+    if isinstance(error, BinaryFileError):
+        return f"{error}; skipped"
     return f"cannot be read: {error.strerror or error}" if isinstance(error, OSError) else str(error)
 
 

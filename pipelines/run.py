@@ -68,7 +68,8 @@ from chunkline.dataset.rebuild import (
 )
 from chunkline.settings import ConfigError
 from chunkline.transforms.chunk import ChunkDocuments
-from chunkline.transforms.read import ReadMarkdown, _glob_root
+from chunkline.dataset.inputs import glob_root
+from chunkline.transforms.read import ReadMarkdown
 from chunkline.transforms.write import WriteChunkTables, WriteSettings
 
 __all__ = [
@@ -165,7 +166,7 @@ def check_output_location(config: RunConfig) -> None:
     output = config.output.url or ""
     output_location = _location(output)
     for raw in config.input.paths:
-        input_location = _location(_glob_root(raw))
+        input_location = _location(glob_root(raw))
         if output_location is None or input_location is None or output_location[0] != input_location[0]:
             continue
         output_path, input_path = output_location[1], input_location[1]

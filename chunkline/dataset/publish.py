@@ -290,6 +290,21 @@ def _remove_tree(fs, path: str, secrets: tuple[str, ...] = ()) -> None:
 #: lets every read of a part check that it got the bytes that were written.
 PART_NAME = re.compile(r"part-(\d{5})-([0-9a-f]{16})\.parquet")
 # Snapshot ids are run ids (``20261130T101500.123456Z-3f9a1c``): no slash, no leading dot, so no ``..``.
+def part_name(shard: int, data: bytes) -> str:
+    """The name of a part file: its shard and the start of the SHA-256 of its bytes
+    (``part-00003-1f2e3d4c5b6a7980.parquet``), so the same rows always get the same name."""
+    return f"part-{shard:05d}-{hashlib.sha256(data).hexdigest()[:16]}.parquet"
+
+
+def part_shard(path: str) -> int | None:
+    """The shard number in a part file's name (``part-00003-<hash>.parquet`` -> 3)."""
+    name = posixpath.basename(path)
+    pieces = name.split("-")
+    if len(pieces) >= 3 and pieces[0] == "part" and pieces[1].isdigit():
+        return int(pieces[1])
+    return None
+
+
 _SNAPSHOT_ID = re.compile(r"[0-9A-Za-z][0-9A-Za-z._-]*")
 
 

@@ -25,7 +25,7 @@ many documents changed), and a full rebuild, which carries nothing over, raises
 The result is row for row what a full rebuild of the new corpus writes: carried rows are the rows the
 chunker would make again, and only ``documents.modified_time`` is refreshed from the listing. For each shard
 the plan is written to ``keep-<shard>.json`` under the run's staging prefix, where the sink's merge reads
-it (see :mod:`chunkline.transforms.write`). When most documents changed, the run is simply a full one.
+it (see :func:`chunkline.dataset.merge.read_shard_plan`). When most documents changed, the run is simply a full one.
 """
 
 from __future__ import annotations
@@ -43,16 +43,20 @@ import pyarrow as pa
 from fsspec.core import url_to_fs
 from fsspec.implementations.local import LocalFileSystem
 
-from chunkline.engine import CHUNKING_VERSION
+from chunkline.dataset import inputs
+from chunkline.dataset.inputs import UNLISTED_FOLDER, SourceFile
+from chunkline.dataset.merge import PreviousSnapshot, keep_plan_path, shard_of
+from chunkline.dataset.publish import DamagedDatasetError, manifest_problem, read_dataset
 from chunkline.dataset.settings import RunConfig
-from chunkline.dataset.storage import fresh_filesystem, with_storage_retries, write_file_atomically
-from chunkline.dataset.publish import DamagedDatasetError, manifest_problem
+from chunkline.dataset.storage import (
+    StorageError,
+    fresh_filesystem,
+    scrub_secrets,
+    with_storage_retries,
+    write_file_atomically,
+)
+from chunkline.engine import CHUNKING_VERSION
 from chunkline.schemas import SCHEMA_VERSION
-from chunkline.dataset.storage import StorageError
-from chunkline.dataset.publish import read_dataset
-from chunkline.transforms import read as read_transforms
-from chunkline.transforms.read import UNLISTED_FOLDER, SourceFile, scrub
-from chunkline.transforms.write import PreviousSnapshot, keep_plan_path, shard_of
 
 __all__ = [
     "InputListing",
@@ -104,7 +108,7 @@ def list_inputs(config: RunConfig) -> InputListing:
     for index, url in enumerate(config.input.paths):
         try:
             found = with_storage_retries(
-                lambda url=url, index=index: list(read_transforms.match_input(url, index, config.input)),
+                lambda url=url, index=index: list(inputs.match_input(url, index, config.input)),
                 url,
                 "list",
                 secrets=secrets,
@@ -113,18 +117,18 @@ def list_inputs(config: RunConfig) -> InputListing:
             # match_input's own error names the input; another one (from the filesystem) is added to it.
             what = str(error) if str(error).startswith(f"input {url} ") else f"input {url} does not exist ({error})"
             raise PublishRefusedError(
-                scrub(f"{what}; nothing was published. Check the path (a renamed folder, an unmounted disk, a "
-                      "mistyped bucket?) and run again", secrets)
+                scrub_secrets(f"{what}; nothing was published. Check the path (a renamed folder, an unmounted disk, a "
+                              "mistyped bucket?) and run again", secrets)
             ) from None
         except StorageError as error:
             raise PublishRefusedError(
-                scrub(f"{error}; nothing was published. Run again once input {url} can be listed", secrets)
+                scrub_secrets(f"{error}; nothing was published. Run again once input {url} can be listed", secrets)
             ) from None
         except Exception as error:
             first_line = (str(error).strip().splitlines() or [""])[0]
             raise PublishRefusedError(
-                scrub(f"cannot list input {url} ({type(error).__name__}: {first_line}); nothing was published. "
-                      "Check its permissions or storage_options and run again", secrets)
+                scrub_secrets(f"cannot list input {url} ({type(error).__name__}: {first_line}); nothing was published. "
+                              "Check its permissions or storage_options and run again", secrets)
             ) from None
         files = [source for source in found if not _is_unlisted_folder(source)]
         if not found:
@@ -146,7 +150,7 @@ def _no_match_message(url: str, config: RunConfig) -> str:
     if not any(character in url for character in "*?["):
         filters.append("names ending in " + ", ".join(config.input.extensions))
     within = f" ({' and '.join(filters)})" if filters else ""
-    return scrub(
+    return scrub_secrets(
         f"input {url} matches no file{within}; nothing was published (publishing would delete every document "
         "of it). Check the path or pattern and run again",
         tuple(config.secrets()),

@@ -33,7 +33,7 @@ import chunkline.transforms.write as write_module
 from chunkline.dataset.storage import StorageError, is_transient_storage_error, with_storage_retries
 from chunkline.schemas import ROW_TABLES, TABLE_SCHEMAS
 from chunkline.strategies.headings import HeadingsParams
-from chunkline.transforms.read import SourceFile
+from chunkline.dataset.inputs import SourceFile
 from chunkline.transforms.write import WriteSettings
 
 from .conftest import (

@@ -23,7 +23,7 @@ from chunkline.dataset.publish import read_dataset
 from chunkline.pipelines.run import check_output_location
 from chunkline.schemas import ROW_TABLES, SCHEMA_VERSION, TABLE_SCHEMAS
 from chunkline.settings import ConfigError
-from chunkline.transforms.write import shard_of
+from chunkline.dataset.merge import shard_of
 
 from .conftest import (
     CORPUS,
