@@ -247,22 +247,62 @@ def plan_rebuild(
     full_reason, previous = _full_rebuild_reason(config, previous_manifest, previous_documents)
     if full_reason is not None:
         _refuse_full_rebuild_over_unlisted(listing, previous_manifest, previous_rows, full_reason)
-        plan = RebuildPlan("full", full_reason, previous, to_chunk=listing.groups(), listed=True)
-        if previous_rows is not None and previous_manifest is not None:
-            before_ids = {row["doc_id"] for row in previous_rows}
-            plan.documents_before = len(before_ids)
-            plan.documents_deleted = len(before_ids - set(listing.documents))
-        return plan
+        published = previous_rows is not None and previous_manifest is not None
+        return _full_plan(full_reason, previous, listing, {row["doc_id"] for row in previous_rows} if published else None)
     assert previous_rows is not None and previous is not None
-    matches = listing.documents
+    # doc_id -> its modification time in the previous snapshot (its first row's, for a doc_id held twice).
+    previous_modified: dict[str, datetime | None] = {}
+    for row in previous_rows:
+        previous_modified.setdefault(row["doc_id"], row["modified_time"])
+    candidates, to_chunk = _carry_candidates(config, listing, previous_rows)
+    carried, edited = _unchanged_since(candidates, previous_rows, config)
+    to_chunk += edited
+    kept = _kept_under_unlisted(listing, previous_rows)
+    carried.update({doc_id: previous_modified[doc_id] for doc_id in kept})
+    to_chunk.sort(key=lambda item: item[0])
+    total = len(listing.documents)
+    # With documents kept for a folder that could not be listed, only this run can keep them: never full.
+    if total and len(to_chunk) > _INCREMENTAL_MAX_SHARE * total and not kept:
+        return _full_plan(f"{len(to_chunk)} of {total} documents need chunking", previous, listing, set(previous_modified))
+    touched, moved = _shards_to_merge(config, listing, to_chunk, carried, previous_modified)
+    deleted = sum(1 for doc_id in previous_modified if doc_id not in listing.documents and doc_id not in carried)
+    reason = f"{len(to_chunk)} of {total} documents to chunk, {len(carried) - len(kept)} carried over, {deleted} gone"
+    if kept:
+        reason += f", {len(kept)} kept from {len(listing.unlisted)} folder(s) that could not be listed"
+    plan = RebuildPlan("incremental", reason, previous, to_chunk, carried, touched, moved - touched, listed=True)
+    plan.documents_before = len(previous_modified)
+    plan.documents_deleted = deleted
+    plan.kept_unlisted = len(kept)
+    return plan
+
+
+def _full_plan(
+    reason: str, previous: PreviousSnapshot | None, listing: InputListing, before: set[str] | None
+) -> RebuildPlan:
+    """A full rebuild of every listed document; ``before``: the previous snapshot's doc_ids, if known."""
+    plan = RebuildPlan("full", reason, previous, to_chunk=listing.groups(), listed=True)
+    if before is not None:
+        plan.documents_before = len(before)
+        plan.documents_deleted = len(before - set(listing.documents))
+    return plan
+
+
+def _carry_candidates(
+    config: RunConfig, listing: InputListing, previous_rows: list[dict[str, Any]]
+) -> tuple[list[SourceFile], list[tuple[str, list[SourceFile]]]]:
+    """(the files whose rows may carry over if their bytes are unchanged, the documents that must be chunked).
+
+    A file may carry over when it alone holds its doc_id, was ``ok`` in the previous snapshot from the same
+    ``source_uri`` and is within the size limit; a folder that could not be listed is chunked (to its error
+    row)."""
     before: dict[str, dict[str, Any] | None] = {}
     for row in previous_rows:
         # A doc_id with two rows (a duplicate across inputs) is never carried over.
         before[row["doc_id"]] = None if row["doc_id"] in before else row
     candidates: list[SourceFile] = []
     to_chunk: list[tuple[str, list[SourceFile]]] = [(folder.doc_id, [folder]) for folder in listing.unlisted]
-    for doc_id in sorted(matches):
-        group = matches[doc_id]
+    for doc_id in sorted(listing.documents):
+        group = listing.documents[doc_id]
         old = before.get(doc_id)
         source = group[0]
         if (
@@ -277,29 +317,41 @@ def plan_rebuild(
             candidates.append(source)
         else:
             to_chunk.append((doc_id, group))
+    return candidates, to_chunk
+
+
+def _unchanged_since(
+    candidates: list[SourceFile], previous_rows: list[dict[str, Any]], config: RunConfig
+) -> tuple[dict[str, datetime | None], list[tuple[str, list[SourceFile]]]]:
+    """(doc_id -> modification time of each candidate whose bytes hash as before, the candidates that changed)."""
+    published = {row["doc_id"]: row["content_sha256"] for row in previous_rows}
     digests = _content_digests(candidates, config)
     carried: dict[str, datetime | None] = {}
+    edited: list[tuple[str, list[SourceFile]]] = []
     for source in candidates:
-        if digests.get(source.doc_id) == before[source.doc_id]["content_sha256"]:
+        if digests.get(source.doc_id) == published[source.doc_id]:
             carried[source.doc_id] = source.modified_time
         else:
-            to_chunk.append((source.doc_id, [source]))
-    kept = _kept_under_unlisted(listing, previous_rows)
-    previous_modified: dict[str, datetime | None] = {}
-    for row in previous_rows:
-        previous_modified.setdefault(row["doc_id"], row["modified_time"])
-    carried.update({doc_id: previous_modified[doc_id] for doc_id in kept})
-    to_chunk.sort(key=lambda item: item[0])
-    total = len(matches)
-    # With documents kept for a folder that could not be listed, only this run can keep them: never full.
-    if total and len(to_chunk) > _INCREMENTAL_MAX_SHARE * total and not kept:
-        plan = RebuildPlan("full", f"{len(to_chunk)} of {total} documents need chunking", previous, listing.groups(), listed=True)
-        plan.documents_before = len(previous_modified)
-        plan.documents_deleted = len(set(previous_modified) - set(matches))
-        return plan
+            edited.append((source.doc_id, [source]))
+    return carried, edited
+
+
+def _shards_to_merge(
+    config: RunConfig,
+    listing: InputListing,
+    to_chunk: list[tuple[str, list[SourceFile]]],
+    carried: dict[str, datetime | None],
+    previous_modified: dict[str, datetime | None],
+) -> tuple[set[int], set[int]]:
+    """(shards where a document was added, changed or deleted; shards where a carried document's
+    modification time moved)."""
     shards = config.output.shards
     touched = {shard_of(doc_id, shards) for doc_id, _ in to_chunk}
-    touched |= {shard_of(doc_id, shards) for doc_id in previous_modified if doc_id not in carried and doc_id not in matches}
+    touched |= {
+        shard_of(doc_id, shards)
+        for doc_id in previous_modified
+        if doc_id not in carried and doc_id not in listing.documents
+    }
     # An error row with no document (a folder that could not be listed then) is made again or dropped.
     touched |= {shard_of(doc_id, shards) for doc_id in _documentless_errors(config, previous_modified)}
     moved = {
@@ -307,15 +359,7 @@ def plan_rebuild(
         for doc_id, modified in carried.items()
         if _microseconds(modified) != _microseconds(previous_modified[doc_id])
     }
-    deleted = sum(1 for doc_id in previous_modified if doc_id not in matches and doc_id not in carried)
-    reason = f"{len(to_chunk)} of {total} documents to chunk, {len(carried) - len(kept)} carried over, {deleted} gone"
-    if kept:
-        reason += f", {len(kept)} kept from {len(listing.unlisted)} folder(s) that could not be listed"
-    plan = RebuildPlan("incremental", reason, previous, to_chunk, carried, touched, moved - touched, listed=True)
-    plan.documents_before = len(previous_modified)
-    plan.documents_deleted = deleted
-    plan.kept_unlisted = len(kept)
-    return plan
+    return touched, moved
 
 
 def _full_rebuild_reason(
