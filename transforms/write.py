@@ -56,7 +56,8 @@ from chunkline.dataset.merge import (
     sorted_unique,
     with_modified_times,
 )
-from chunkline.dataset.publish import part_name, part_shard, verify_part
+from chunkline.dataset.layout import part_name, part_shard
+from chunkline.dataset.publish import verify_part
 from chunkline.schemas import ROW_TABLES, TABLE_SCHEMAS
 from chunkline.transforms.in_process import apply_in_process
 

@@ -4,7 +4,7 @@ Rows go to a shard picked by a stable hash of their ``doc_id`` (:func:`shard_of`
 by their table's key with the copies a retried bundle spilled dropped (:func:`sorted_unique`); compared with
 the previous snapshot's they give the shard's ``changes/`` tables (:func:`chunk_changes`,
 :func:`documents_changes`). An incremental run's plan for a shard (:class:`ShardPlan`, written by
-:mod:`chunkline.dataset.rebuild` to :func:`keep_plan_path`) names the documents whose rows carry over.
+:mod:`chunkline.dataset.rebuild` to :func:`~chunkline.dataset.layout.keep_plan_path`) names the documents whose rows carry over.
 No Beam here: the sink (:mod:`chunkline.transforms.write`) calls these from its DoFns.
 """
 
@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from chunkline.dataset.layout import keep_plan_path
 from chunkline.dataset.storage import read_file_bytes
 from chunkline.schemas import TABLE_SCHEMAS
 
@@ -25,7 +26,6 @@ __all__ = [
     "ShardPlan",
     "chunk_changes",
     "documents_changes",
-    "keep_plan_path",
     "read_shard_plan",
     "same_rows",
     "shard_of",
@@ -52,11 +52,6 @@ def shard_of(doc_id: str, shards: int) -> int:
     """The shard of a document: a stable hash of its ``doc_id`` (the same on every machine and run)."""
     digest = hashlib.sha256(doc_id.encode("utf-8", "surrogatepass")).digest()
     return int.from_bytes(digest[:8], "big") % shards
-
-
-def keep_plan_path(staging_root: str, shard: int) -> str:
-    """Where an incremental run's plan for one shard lives (see :mod:`chunkline.dataset.rebuild`)."""
-    return f"{staging_root.rstrip('/')}/plan/keep-{shard:05d}.json"
 
 
 @dataclass

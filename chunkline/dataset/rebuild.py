@@ -45,7 +45,8 @@ from fsspec.implementations.local import LocalFileSystem
 
 from chunkline.dataset import inputs
 from chunkline.dataset.inputs import UNLISTED_FOLDER, SourceFile
-from chunkline.dataset.merge import PreviousSnapshot, keep_plan_path, shard_of
+from chunkline.dataset.layout import keep_plan_path
+from chunkline.dataset.merge import PreviousSnapshot, shard_of
 from chunkline.dataset.publish import DamagedDatasetError, manifest_problem, read_dataset
 from chunkline.dataset.settings import RunConfig
 from chunkline.dataset.storage import (
