@@ -60,6 +60,20 @@ def test_a_broken_contract_fails_the_check(tmp_path):
     assert "chunkline.dataset.merge -> apache_beam" in result.stdout
 
 
+def test_a_leaf_loads_no_engine_and_every_public_name_still_loads():
+    """``chunkline``'s names load on first use: importing the schemas (or the dataset floor) runs no engine
+    module, and each name of ``chunkline.__all__`` is there when asked for."""
+    check = (
+        "import sys, chunkline.schemas; engine = [m for m in sys.modules if m in ('chunkline.engine', "
+        "'chunkline.structure', 'chunkline.tokenizers')]; import chunkline; "
+        "names = [getattr(chunkline, name) for name in chunkline.__all__]; "
+        "from chunkline import chunk_markdown, read_dataset; print(engine, len(names))"
+    )
+    result = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["[]", "24"]
+
+
 if __name__ == "__main__":
     with tempfile.TemporaryDirectory() as folder:
         lay_out(Path(folder))
