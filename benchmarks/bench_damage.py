@@ -40,7 +40,7 @@ sys.path.insert(0, str(TESTS))
 import hostile_corpus  # noqa: E402  (lives in tests/, put on the path above)
 from damage_matrix import DAMAGES, Snapshots, check_rerun, reference_rows  # noqa: E402
 
-from chunkline.pipelines.config import load_run_config  # noqa: E402
+from chunkline.dataset.settings import load_run_config  # noqa: E402
 from chunkline.pipelines.run import run_pipeline  # noqa: E402
 
 

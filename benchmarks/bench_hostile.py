@@ -47,7 +47,7 @@ sys.path.insert(0, str(TESTS))
 import hostile_corpus  # noqa: E402  (lives in tests/, put on the path above)
 
 from chunkline import ChunkConfig, ConfigError, available_strategies, chunk_markdown, get_strategy  # noqa: E402
-from chunkline.transforms.chunk import decode_markdown, looks_binary  # noqa: E402
+from chunkline.dataset.decoding import decode_markdown, looks_binary  # noqa: E402
 
 NESTING_FILES = ("nested_block_quotes_5000.md", "nested_list_levels_2000.md")
 NESTING_TARGET = 10.0

@@ -38,7 +38,7 @@ DEFAULT_CORPUS = REPO.parent / "shared" / "corpus"
 
 _RUN_SNIPPET = """
 import sys, time
-from chunkline.pipelines.config import load_run_config
+from chunkline.dataset.settings import load_run_config
 from chunkline.pipelines.run import run_pipeline
 config = load_run_config(None, sys.argv[3:], environ={}, inputs=[sys.argv[1]], output=sys.argv[2])
 started = time.perf_counter()

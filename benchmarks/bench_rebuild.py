@@ -38,7 +38,7 @@ DEFAULT_CORPUS = REPO.parent / "shared" / "corpus"
 
 _RUN_SNIPPET = """
 import json, os, sys, time
-from chunkline.pipelines.config import load_run_config
+from chunkline.dataset.settings import load_run_config
 from chunkline.pipelines.run import run_pipeline
 config = load_run_config(None, [], environ={}, inputs=[sys.argv[1]], output=sys.argv[2])
 started = time.perf_counter()
@@ -49,7 +49,7 @@ os._exit(0)  # as `chunkline run` does: pyarrow's threads can abort a normal int
 
 _COMPARE_SNIPPET = """
 import json, os, sys
-from chunkline.pipelines.publish import read_dataset, read_manifest
+from chunkline.dataset.publish import read_dataset, read_manifest
 a, b = sys.argv[1], sys.argv[2]
 result = {}
 for table in ("chunks", "documents", "errors"):

@@ -1,53 +1,59 @@
 """chunkline: markdown chunking for retrieval pipelines, with exact positions and token-exact limits.
 
-The engine (this package's top level) imports no Apache Beam; the Beam transforms live in
-``chunkline.transforms`` and the pipeline and command line in ``chunkline.pipelines``.
+The engine (this package's top level) imports no Apache Beam. Beneath the Beam code, ``chunkline.dataset``
+holds everything about the published dataset (storage, layout, manifest, publishing, lock, rebuilds,
+inputs); ``chunkline.transforms`` holds the Beam transforms and ``chunkline.pipelines`` the pipeline and
+the command line. The names below load on first use, so importing a leaf such as ``chunkline.schemas``
+does not load the engine.
 """
 
-from chunkline.config import ChunkConfig, ConfigError, load_chunk_config
-from chunkline.engine import ReconstructionError, chunk_document, chunk_markdown, reconstruct
-from chunkline.record import Chunk, ChunkSpan
-from chunkline.registry import Strategy, StrategyError, available_strategies, get_strategy, register_strategy
-from chunkline.structure import MarkdownDocument, Section, parse_markdown, sections_by_pattern
-from chunkline.tokenizers import TokenizerUnavailableError, get_token_counter
+from __future__ import annotations
+
+import importlib
 
 __version__ = "0.1.0"
 
-_DATASET_READERS = ("read_dataset", "read_manifest", "dataset_files", "list_snapshots")
+#: public name -> the module that defines it
+_EXPORTS = {
+    "ChunkConfig": "chunkline.config",
+    "ConfigError": "chunkline.config",
+    "load_chunk_config": "chunkline.config",
+    "ReconstructionError": "chunkline.engine",
+    "chunk_document": "chunkline.engine",
+    "chunk_markdown": "chunkline.engine",
+    "reconstruct": "chunkline.engine",
+    "Chunk": "chunkline.record",
+    "ChunkSpan": "chunkline.record",
+    "Strategy": "chunkline.registry",
+    "StrategyError": "chunkline.registry",
+    "available_strategies": "chunkline.registry",
+    "get_strategy": "chunkline.registry",
+    "register_strategy": "chunkline.registry",
+    "MarkdownDocument": "chunkline.structure",
+    "Section": "chunkline.structure",
+    "parse_markdown": "chunkline.structure",
+    "sections_by_pattern": "chunkline.structure",
+    "TokenizerUnavailableError": "chunkline.tokenizers",
+    "get_token_counter": "chunkline.tokenizers",
+    # The dataset readers need pyarrow and fsspec but not Beam.
+    "read_dataset": "chunkline.dataset",
+    "read_manifest": "chunkline.dataset",
+    "dataset_files": "chunkline.dataset",
+    "list_snapshots": "chunkline.dataset",
+}
 
 
 def __getattr__(name: str):
-    # The dataset readers need pyarrow and fsspec but not Beam; they load on first use, not with the engine.
-    if name in _DATASET_READERS:
-        from chunkline.pipelines import publish
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'chunkline' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
 
-        return getattr(publish, name)
-    raise AttributeError(f"module 'chunkline' has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})
 
 
-__all__ = [
-    "Chunk",
-    "ChunkConfig",
-    "ChunkSpan",
-    "ConfigError",
-    "MarkdownDocument",
-    "ReconstructionError",
-    "Section",
-    "Strategy",
-    "StrategyError",
-    "TokenizerUnavailableError",
-    "available_strategies",
-    "chunk_document",
-    "chunk_markdown",
-    "dataset_files",
-    "get_strategy",
-    "get_token_counter",
-    "list_snapshots",
-    "load_chunk_config",
-    "parse_markdown",
-    "read_dataset",
-    "read_manifest",
-    "reconstruct",
-    "sections_by_pattern",
-    "register_strategy",
-]
+__all__ = sorted(_EXPORTS)

@@ -19,7 +19,7 @@ import os
 import re
 import types
 import typing
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal, TypeVar, get_args, get_origin
 
 import yaml
@@ -234,62 +234,102 @@ def coerce(value: Any, annotation: Any, path: str) -> Any:
     :class:`TextValue` is converted by the annotation (see the module docstring)."""
     if isinstance(value, TextValue):
         return _from_text(value, annotation, path)
-    origin = get_origin(annotation)
     if annotation is Any:
         return _plain(value)
+    return _coercer(annotation)(value, annotation, path)
+
+
+def _coercer(annotation: Any) -> Callable[[Any, Any, str], Any]:
+    """The step that checks a value against one kind of annotation."""
+    origin = get_origin(annotation)
     if origin in (typing.Union, types.UnionType):
-        options = get_args(annotation)
-        if value is None and type(None) in options:
-            return None
-        errors = []
-        for option in options:
-            if option is type(None):
-                continue
-            try:
-                return coerce(value, option, path)
-            except ConfigError as error:
-                errors.append(str(error))
-        raise ConfigError(errors[0] if len(errors) == 1 else f"{path}: {value!r} fits none of {annotation}")
+        return _coerce_union
     if origin is Literal:
-        allowed = get_args(annotation)
-        if value not in allowed:
-            raise ConfigError(f"{path}: {value!r} is not one of {', '.join(map(repr, allowed))}")
-        return value
+        return _coerce_literal
     if origin in (tuple, list):
-        if isinstance(value, str) or not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{path}: expected a list, got {value!r}")
-        item_type = get_args(annotation)[0] if get_args(annotation) else Any
-        items = [coerce(item, item_type, f"{path}[{number}]") for number, item in enumerate(value)]
-        return tuple(items) if origin is tuple else items
+        return _coerce_sequence
     if origin in (dict, Mapping) or annotation is dict:
-        if not isinstance(value, Mapping):
-            raise ConfigError(f"{path}: expected a mapping, got {type(value).__name__}")
-        return _plain(value)
+        return _coerce_mapping
     if dataclasses.is_dataclass(annotation):
-        if isinstance(value, annotation):
-            return value
-        return build_dataclass(annotation, value, path)
-    if annotation is bool:
-        if isinstance(value, bool):
-            return value
-        raise ConfigError(f"{path}: expected true or false, got {value!r}")
-    if annotation is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        raise ConfigError(f"{path}: expected a whole number, got {value!r}")
-    if annotation is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        raise ConfigError(f"{path}: expected a number, got {value!r}")
-    if annotation is str:
-        if isinstance(value, str):
-            return str(value)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return str(value)
-        raise ConfigError(f"{path}: expected text, got {value!r}")
+        return _coerce_dataclass
+    return next((step for kind, step in _SCALAR_STEPS if annotation is kind), _coerce_instance)
+
+
+def _coerce_union(value: Any, annotation: Any, path: str) -> Any:
+    options = get_args(annotation)
+    if value is None and type(None) in options:
+        return None
+    errors = []
+    for option in options:
+        if option is type(None):
+            continue
+        try:
+            return coerce(value, option, path)
+        except ConfigError as error:
+            errors.append(str(error))
+    raise ConfigError(errors[0] if len(errors) == 1 else f"{path}: {value!r} fits none of {annotation}")
+
+
+def _coerce_literal(value: Any, annotation: Any, path: str) -> Any:
+    allowed = get_args(annotation)
+    if value not in allowed:
+        raise ConfigError(f"{path}: {value!r} is not one of {', '.join(map(repr, allowed))}")
+    return value
+
+
+def _coerce_sequence(value: Any, annotation: Any, path: str) -> Any:
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise ConfigError(f"{path}: expected a list, got {value!r}")
+    item_type = get_args(annotation)[0] if get_args(annotation) else Any
+    items = [coerce(item, item_type, f"{path}[{number}]") for number, item in enumerate(value)]
+    return tuple(items) if get_origin(annotation) is tuple else items
+
+
+def _coerce_mapping(value: Any, annotation: Any, path: str) -> Any:
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{path}: expected a mapping, got {type(value).__name__}")
+    return _plain(value)
+
+
+def _coerce_dataclass(value: Any, annotation: Any, path: str) -> Any:
+    if isinstance(value, annotation):
+        return value
+    return build_dataclass(annotation, value, path)
+
+
+def _coerce_bool(value: Any, annotation: Any, path: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    raise ConfigError(f"{path}: expected true or false, got {value!r}")
+
+
+def _coerce_int(value: Any, annotation: Any, path: str) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise ConfigError(f"{path}: expected a whole number, got {value!r}")
+
+
+def _coerce_float(value: Any, annotation: Any, path: str) -> float:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    raise ConfigError(f"{path}: expected a number, got {value!r}")
+
+
+def _coerce_str(value: Any, annotation: Any, path: str) -> str:
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    raise ConfigError(f"{path}: expected text, got {value!r}")
+
+
+def _coerce_instance(value: Any, annotation: Any, path: str) -> Any:
     if isinstance(annotation, type) and isinstance(value, annotation):
         return value
     raise ConfigError(f"{path}: unsupported value {value!r} for {annotation}")
+
+
+_SCALAR_STEPS = ((bool, _coerce_bool), (int, _coerce_int), (float, _coerce_float), (str, _coerce_str))
 
 
 def _from_text(text: TextValue, annotation: Any, path: str) -> Any:

@@ -33,7 +33,7 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # hashing_embedder sits next to this file
 
-from chunkline.pipelines.publish import DamagedDatasetError, list_snapshots, read_dataset, read_manifest
+from chunkline.dataset.publish import DamagedDatasetError, list_snapshots, read_dataset, read_manifest
 from hashing_embedder import embed
 
 

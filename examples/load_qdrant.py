@@ -35,7 +35,7 @@ from qdrant_client import QdrantClient, models
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # hashing_embedder sits next to this file
 
-from chunkline.pipelines.publish import DamagedDatasetError, list_snapshots, read_dataset, read_manifest
+from chunkline.dataset.publish import DamagedDatasetError, list_snapshots, read_dataset, read_manifest
 from hashing_embedder import DIMENSION, embed
 
 PAYLOAD_COLUMNS = ["doc_id", "chunk_id", "heading_path", "start_line", "end_line", "start_char", "end_char", "text"]

@@ -38,17 +38,18 @@ from typing import TYPE_CHECKING, TextIO
 
 from chunkline import __version__
 from chunkline.config import ChunkConfig, ConfigError, load_chunk_config
+from chunkline.dataset.decoding import BinaryFileError, decode_file
 from chunkline.engine import chunk_document
-from chunkline.pipelines.files import StorageError, scrub_secrets
-from chunkline.pipelines.listing import utf8_name, walk_local_folder
-from chunkline.pipelines.publish import ConcurrentRunError, DatasetNotFoundError
+from chunkline.dataset.storage import StorageError, scrub_secrets
+from chunkline.dataset.inputs import utf8_name, walk_local_folder
+from chunkline.dataset.publish import ConcurrentRunError, DatasetNotFoundError
 from chunkline.record import Chunk
 from chunkline.registry import available_strategies, get_strategy
 from chunkline.structure import parse_markdown
 from chunkline.tokenizers import TokenizerUnavailableError, get_token_counter
 
 if TYPE_CHECKING:
-    from chunkline.pipelines.config import RunConfig
+    from chunkline.dataset.settings import RunConfig
 
 __all__ = ["main", "console_main", "build_parser"]
 
@@ -278,7 +279,7 @@ def _setting_names() -> dict[str, str]:
     values are credentials, and a hint repeats the value."""
     import dataclasses
 
-    from chunkline.pipelines.config import InputConfig, OutputConfig, RunSettings
+    from chunkline.dataset.settings import InputConfig, OutputConfig, RunSettings
 
     names = {field.name: field.name for field in dataclasses.fields(ChunkConfig) if field.name != "params"}
     for section, cls in (("input", InputConfig), ("output", OutputConfig), ("run", RunSettings)):
@@ -341,8 +342,8 @@ def _configure_logging() -> None:
 
 
 def _run_command(arguments: argparse.Namespace) -> int:
-    from chunkline.pipelines.config import load_run_config
-    from chunkline.pipelines.rebuild import PublishRefusedError
+    from chunkline.dataset.settings import load_run_config
+    from chunkline.dataset.rebuild import PublishRefusedError
     from chunkline.pipelines.run import run_pipeline
 
     overrides = list(arguments.overrides)
@@ -395,8 +396,8 @@ def _check_before_running(config: RunConfig) -> None:
 
 
 def _inspect_command(arguments: argparse.Namespace) -> int:
-    from chunkline.pipelines.config import load_run_config
-    from chunkline.pipelines.inspect import describe_dataset
+    from chunkline.dataset.settings import load_run_config
+    from chunkline.pipelines.describe import describe_dataset
 
     # The output's storage options (an endpoint, a profile, keys) come from the same config file,
     # environment variables and --set as for `chunkline run`.
@@ -426,7 +427,7 @@ def _inspect_command(arguments: argparse.Namespace) -> int:
 def _markdown_files(paths: Sequence[str]) -> Iterator[tuple[Path, str, str | None]]:
     """(file, doc_id, why it is not read or None) for each path: a file (doc_id its name), or every markdown
     file under a folder (doc_id its path relative to the folder), found and named as ``chunkline run`` does
-    (:func:`chunkline.pipelines.listing.walk_local_folder`): links inside the folder are followed, a link
+    (:func:`chunkline.dataset.inputs.walk_local_folder`): links inside the folder are followed, a link
     out of it or in a loop and a folder that cannot be listed come with the reason."""
     for raw in paths:
         path = Path(raw)
@@ -467,7 +468,7 @@ def _chunk_command(arguments: argparse.Namespace) -> int:
             continue
         try:
             data = _read_markdown_file(file)
-            text = data.decode("utf-8")
+            text = decode_file(data, "strict")[0]
         except (OSError, UnicodeDecodeError, ValueError) as error:
             failures += 1
             print(f"chunkline: {label}: {_describe_read_error(error)}", file=sys.stderr)
@@ -498,7 +499,7 @@ def _chunk_command(arguments: argparse.Namespace) -> int:
 def _read_markdown_file(file: Path) -> bytes:
     """The bytes of a regular file no larger than ``chunkline run``'s default ``input.max_file_bytes``
     (``/dev/zero`` would be read until memory runs out)."""
-    from chunkline.pipelines.config import InputConfig
+    from chunkline.dataset.settings import InputConfig
 
     limit = InputConfig.max_file_bytes
     if file.exists() and not file.is_file():
@@ -513,6 +514,8 @@ def _read_markdown_file(file: Path) -> bytes:
 def _describe_read_error(error: Exception) -> str:
     if isinstance(error, UnicodeDecodeError):
         return f"not valid UTF-8 (byte {error.start}: {error.reason}); skipped"
+    if isinstance(error, BinaryFileError):
+        return f"{error}; skipped"
     return f"cannot be read: {error.strerror or error}" if isinstance(error, OSError) else str(error)
 
 

@@ -31,8 +31,8 @@ import pyarrow.compute as pc
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from chunkline.pipelines.inspect import token_histogram
-from chunkline.pipelines.publish import read_dataset, read_manifest
+from chunkline.pipelines.describe import token_histogram
+from chunkline.dataset.publish import read_dataset, read_manifest
 
 __all__ = [
     "build_html_report",

@@ -9,7 +9,7 @@
     publish_run                                          (after the pipeline succeeded: a new snapshot)
 
 The publish guard: an input whose root is missing or cannot be listed, or that matches no file, fails the
-run before anything is written (:class:`~chunkline.pipelines.rebuild.PublishRefusedError`, exit status 1
+run before anything is written (:class:`~chunkline.dataset.rebuild.PublishRefusedError`, exit status 1
 from ``chunkline run``); so does a snapshot that would delete more than ``output.max_deleted_fraction`` of
 the previous snapshot's documents, unless ``run.allow_deletes`` (``--allow-deletes``) says so. The count is
 checked before the pipeline starts, from the listing, and again before publishing, from the snapshot's
@@ -44,9 +44,9 @@ from fsspec.core import split_protocol, url_to_fs
 from fsspec.registry import get_filesystem_class
 
 from chunkline import __version__
-from chunkline.pipelines.config import RunConfig
-from chunkline.pipelines.files import list_files, scrub_secrets, storage_url, with_storage_retries
-from chunkline.pipelines.publish import (
+from chunkline.dataset.settings import RunConfig
+from chunkline.dataset.storage import list_files, scrub_secrets, storage_url, with_storage_retries
+from chunkline.dataset.publish import (
     OutputState,
     acquire_output_lock,
     discard_run,
@@ -57,7 +57,7 @@ from chunkline.pipelines.publish import (
     staging_url,
     verify_output,
 )
-from chunkline.pipelines.rebuild import (
+from chunkline.dataset.rebuild import (
     InputListing,
     PublishRefusedError,
     RebuildPlan,
@@ -68,7 +68,8 @@ from chunkline.pipelines.rebuild import (
 )
 from chunkline.settings import ConfigError
 from chunkline.transforms.chunk import ChunkDocuments
-from chunkline.transforms.read import ReadMarkdown, _glob_root
+from chunkline.dataset.inputs import glob_root
+from chunkline.transforms.read import ReadMarkdown
 from chunkline.transforms.write import WriteChunkTables, WriteSettings
 
 __all__ = [
@@ -165,7 +166,7 @@ def check_output_location(config: RunConfig) -> None:
     output = config.output.url or ""
     output_location = _location(output)
     for raw in config.input.paths:
-        input_location = _location(_glob_root(raw))
+        input_location = _location(glob_root(raw))
         if output_location is None or input_location is None or output_location[0] != input_location[0]:
             continue
         output_path, input_path = output_location[1], input_location[1]

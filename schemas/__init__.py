@@ -5,7 +5,7 @@ sorted by: the chunker's ``ROW_TABLES`` and the ``CHANGE_TABLES`` derived from t
 """
 
 from chunkline.schemas.changes import CHANGE_KINDS, CHANGED_DOCUMENTS_SCHEMA, CHUNK_DELETES_SCHEMA, CHUNK_UPSERTS_SCHEMA
-from chunkline.schemas.chunks import CHUNKS_SCHEMA, SCHEMA_VERSION, chunks_to_table
+from chunkline.schemas.chunks import CHUNKS_SCHEMA, SCHEMA_VERSION
 from chunkline.schemas.documents import DOCUMENT_STATUSES, DOCUMENTS_SCHEMA
 from chunkline.schemas.errors import ERROR_STAGES, ERRORS_SCHEMA
 
@@ -37,5 +37,4 @@ __all__ = [
     "ERROR_STAGES",
     "SCHEMA_VERSION",
     "TABLE_SCHEMAS",
-    "chunks_to_table",
 ]

@@ -1,4 +1,4 @@
-"""Arrow schema of the ``chunks`` table: one row per chunk, the columns of :class:`chunkline.Chunk`.
+"""Arrow schema of the ``chunks`` table: one row per chunk, the columns of the engine's ``Chunk``.
 
 Column names are a contract (PRODUCT.md): columns are added, never renamed. Every field carries a
 ``description`` in its metadata, and the schema carries ``chunkline.schema_version``.
@@ -6,13 +6,9 @@ Column names are a contract (PRODUCT.md): columns are added, never renamed. Ever
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 import pyarrow as pa
 
-from chunkline.record import Chunk
-
-__all__ = ["CHUNKS_SCHEMA", "SCHEMA_VERSION", "chunks_to_table", "field"]
+__all__ = ["CHUNKS_SCHEMA", "SCHEMA_VERSION", "field"]
 
 #: Bumped when a column is added or its meaning changes.
 SCHEMA_VERSION = "1"
@@ -54,12 +50,3 @@ CHUNKS_SCHEMA = pa.schema(
     },
 )
 
-
-def chunks_to_table(chunks: Iterable[Chunk]) -> pa.Table:
-    """The chunks as an Arrow table with :data:`CHUNKS_SCHEMA`."""
-    columns: dict[str, list] = {field.name: [] for field in CHUNKS_SCHEMA}
-    for chunk in chunks:
-        for name, values in columns.items():
-            value = getattr(chunk, name)
-            values.append(list(value) if name == "heading_path" else value)
-    return pa.table(columns, schema=CHUNKS_SCHEMA)

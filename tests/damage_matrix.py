@@ -28,7 +28,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from chunkline.pipelines.publish import read_dataset, read_manifest
+from chunkline.dataset.publish import read_dataset, read_manifest
 from chunkline.schemas import ROW_TABLES, TABLE_SCHEMAS
 
 __all__ = ["DAMAGES", "Damage", "Snapshots", "check_rerun", "reference_rows"]

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chunkline.transforms.chunk import decode_markdown
+from chunkline.dataset.decoding import decode_markdown
 
 
 def reference_decode(data: bytes) -> tuple[str, list[tuple[int, int]]]:

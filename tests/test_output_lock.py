@@ -24,7 +24,7 @@ from fsspec.implementations.memory import MemoryFileSystem
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chunkline.pipelines.publish import LOCK_NAME, ConcurrentRunError, acquire_output_lock
+from chunkline.dataset.publish import LOCK_NAME, ConcurrentRunError, acquire_output_lock
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -267,7 +267,7 @@ lock_contents = st.one_of(
 
 @given(lock_contents)
 def test_a_takeover_claim_is_named_by_one_plain_file_name_whatever_the_lock_holds(data):
-    from chunkline.pipelines.lock import _parse
+    from chunkline.dataset.lock import _parse
 
     seen = _parse(data)
     # A name of one path component on every store: no separator, no "..", nothing a URL would escape.
@@ -322,7 +322,7 @@ def test_a_store_without_exclusive_create_takes_the_lock_by_writing_and_reading_
 
 
 def test_the_lock_imports_no_beam():
-    check = "import sys, chunkline.pipelines.lock, chunkline.pipelines.publish; print('apache_beam' in sys.modules)"
+    check = "import sys, chunkline.dataset.lock, chunkline.dataset.publish; print('apache_beam' in sys.modules)"
     finished = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=True)
     assert finished.stdout.strip() == "False"
 

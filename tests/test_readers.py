@@ -24,8 +24,8 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
-from chunkline.pipelines.config import load_run_config
-from chunkline.pipelines.publish import read_dataset, read_manifest
+from chunkline.dataset.settings import load_run_config
+from chunkline.dataset.publish import read_dataset, read_manifest
 from chunkline.pipelines.run import run_pipeline
 from chunkline.schemas import TABLE_SCHEMAS
 

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from chunkline import ChunkConfig, ConfigError, load_chunk_config
-from chunkline.pipelines.config import load_run_config
+from chunkline.dataset.settings import load_run_config
 from chunkline.settings import read_yaml_mapping
 
 SECRET = "hunter2-Secret-83b1"

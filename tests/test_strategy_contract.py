@@ -146,8 +146,8 @@ def test_strategy_keeps_the_contract_on_generated_markdown_with_surrogates(name,
 
 
 def test_an_installed_strategy_runs_by_name_in_the_pipeline(tmp_path):
-    from chunkline.pipelines.config import load_run_config
-    from chunkline.pipelines.publish import read_dataset
+    from chunkline.dataset.settings import load_run_config
+    from chunkline.dataset.publish import read_dataset
     from chunkline.pipelines.run import run_pipeline
 
     corpus = tmp_path / "docs"

@@ -26,7 +26,7 @@ from conftest import import_example, qdrant_points
 from pipeline.conftest import run, write_corpus, write_files
 from qdrant_client import QdrantClient, models
 
-from chunkline.pipelines.publish import list_snapshots, read_dataset, read_manifest
+from chunkline.dataset.publish import list_snapshots, read_dataset, read_manifest
 
 pytestmark = pytest.mark.timeout(300)
 

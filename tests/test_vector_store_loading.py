@@ -22,8 +22,8 @@ import pytest
 from conftest import import_example, qdrant_points
 from qdrant_client import QdrantClient
 
-from chunkline.pipelines.config import load_run_config
-from chunkline.pipelines.publish import read_dataset, read_manifest
+from chunkline.dataset.settings import load_run_config
+from chunkline.dataset.publish import read_dataset, read_manifest
 from chunkline.pipelines.run import run_pipeline
 
 pytestmark = pytest.mark.timeout(300)

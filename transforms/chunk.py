@@ -9,16 +9,15 @@ strategy fails on, or rows that the tables cannot hold each become one ``errors`
 row with status ``error``, and the run goes on. Every step that looks at a document runs inside that
 per-document handling.
 
-The tokenizer is loaded once per worker in ``DoFn.setup()``, from a local file (never the network).
+Decoding and the binary check are the dataset floor's (:mod:`chunkline.dataset.decoding`), shared with
+``chunkline chunk``. The tokenizer is loaded once per worker in ``DoFn.setup()``, from a local file (never the network).
 """
 
 from __future__ import annotations
 
-import codecs
 import hashlib
 import json
 import logging
-import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
@@ -29,88 +28,20 @@ import apache_beam as beam
 import pyarrow as pa
 
 from chunkline.config import ChunkConfig
+from chunkline.dataset.decoding import BinaryFileError, decode_file
+from chunkline.dataset.inputs import FileProblem, SourceFile
+from chunkline.dataset.storage import scrub_secrets
 from chunkline.engine import chunk_document
 from chunkline.schemas import TABLE_SCHEMAS
 from chunkline.structure import parse_markdown
 from chunkline.tokenizers import get_token_counter
 from chunkline.transforms.in_process import apply_in_process
-from chunkline.transforms.read import FileProblem, SourceFile, scrub
 
-__all__ = ["ChunkDocuments", "decode_markdown", "looks_binary", "CHUNKS", "DOCUMENTS", "ERRORS"]
+__all__ = ["ChunkDocuments", "CHUNKS", "DOCUMENTS", "ERRORS"]
 
 CHUNKS, DOCUMENTS, ERRORS = "chunks", "documents", "errors"
 
 logger = logging.getLogger("chunkline")
-
-# Share of control characters (other than tab, line breaks and form feed) above which text is binary.
-_BINARY_CONTROL_SHARE = 0.10
-_BINARY_SAMPLE_BYTES = 8192
-_TEXT_CONTROLS = {9, 10, 12, 13}
-# Every byte except the suspicious control bytes: deleting these leaves only the control bytes to count.
-_NOT_SUSPICIOUS = bytes(byte for byte in range(256) if byte >= 32 or byte in _TEXT_CONTROLS)
-
-
-def looks_binary(data: bytes) -> bool:
-    """True for bytes that are not text: NUL bytes in invalid UTF-8, or mostly control characters."""
-    sample = data[:_BINARY_SAMPLE_BYTES]
-    if not sample:
-        return False
-    controls = len(sample.translate(None, _NOT_SUSPICIOUS))
-    if controls / len(sample) > _BINARY_CONTROL_SHARE:
-        return True
-    if b"\x00" in sample:
-        try:
-            sample.decode("utf-8")
-        except UnicodeDecodeError as error:
-            # A sample cut inside a character is not proof of anything; a bad byte earlier is.
-            return error.start < len(sample) - 4
-    return False
-
-
-# Bytes that start a character in UTF-8 (every byte but the continuation bytes 0x80-0xBF): deleting them
-# leaves the continuation bytes, so a valid stretch's length in characters is bytes minus those left.
-_CHARACTER_STARTS = bytes(byte for byte in range(256) if byte & 0xC0 != 0x80)
-_REPLACE_AND_RECORD = "chunkline.replace_and_record"
-_replaced_spans = threading.local()
-
-
-def _replace_and_record(error: UnicodeError) -> tuple[str, int]:
-    """A codec error handler: what ``errors="replace"`` does (one U+FFFD per invalid sequence the decoder
-    reports), recording each sequence's byte span for :func:`decode_markdown`."""
-    if not isinstance(error, UnicodeDecodeError):
-        raise error
-    _replaced_spans.spans.append((error.start, error.end))
-    return "\ufffd", error.end
-
-
-codecs.register_error(_REPLACE_AND_RECORD, _replace_and_record)
-
-
-def decode_markdown(data: bytes, errors: str) -> tuple[str, str, list[tuple[int, int]]]:
-    """(text, encoding label, replaced bytes) of a file's bytes.
-
-    A byte order mark stays in the text, so offsets match the file. With ``errors="replace"`` each run of
-    invalid bytes that the strict decoder reports as one error becomes one U+FFFD, and the third item lists
-    ``(char_offset, byte_length)`` for each, so byte offsets can still point into the file. The bytes are
-    decoded once, whatever the number of errors."""
-    if errors == "strict":
-        return data.decode("utf-8"), "utf-8", []
-    _replaced_spans.spans = spans = []
-    try:
-        text = data.decode("utf-8", _REPLACE_AND_RECORD)
-    finally:
-        _replaced_spans.spans = []
-    replaced: list[tuple[int, int]] = []
-    char_offset = 0
-    valid_start = 0
-    for error_start, error_end in spans:
-        valid = data[valid_start:error_start]
-        char_offset += len(valid) - len(valid.translate(None, _CHARACTER_STARTS))
-        replaced.append((char_offset, error_end - error_start))
-        char_offset += 1
-        valid_start = error_end
-    return text, ("utf-8 (replaced)" if replaced else "utf-8"), replaced
-
 
 class _ChunkDocumentsFn(beam.DoFn):
     _PROGRESS_SECONDS = 10.0
@@ -154,15 +85,12 @@ class _ChunkDocumentsFn(beam.DoFn):
     ) -> list[tuple[str, dict[str, Any]]]:
         """The rows of a document that chunks; raises :class:`_Problem` for one that does not."""
         with _failures_as_problems("decode", "the file could not be decoded"):
-            if looks_binary(data):
-                raise _Problem(
-                    "decode",
-                    "BinaryFile",
-                    "file is binary (control bytes or NUL bytes in invalid UTF-8), not markdown text; "
-                    "remove it from the input or leave it out with input.exclude",
-                )
             try:
-                text, encoding, replaced_bytes = decode_markdown(data, self._encoding_errors)
+                text, encoding, replaced_bytes = decode_file(data, self._encoding_errors)
+            except BinaryFileError as error:
+                raise _Problem(
+                    "decode", "BinaryFile", f"{error}; remove it from the input or leave it out with input.exclude"
+                ) from None
             except UnicodeDecodeError as error:
                 raise _Problem(
                     "decode",
@@ -236,7 +164,7 @@ class _ChunkDocumentsFn(beam.DoFn):
     def _problem_rows(
         self, source: SourceFile, problem: FileProblem, document_row: dict[str, Any] | None = None
     ) -> Iterator[Any]:
-        message = scrub(problem.message, self._secrets)
+        message = scrub_secrets(problem.message, self._secrets)
         row = document_row or self._document_row(source, source.data)
         row.update(status="skipped" if problem.skipped else "error", message=message)
         if problem.stage != "match" or source.path:
@@ -293,7 +221,7 @@ def _check_rows_fit_schemas(rows: list[tuple[str, dict[str, Any]]]) -> None:
 
 
 class ChunkDocuments(beam.PTransform):
-    """Chunk each :class:`SourceFile` into the list of its ``(table, row)`` pairs for ``chunks``,
+    """Chunk each :class:`~chunkline.dataset.inputs.SourceFile` into the list of its ``(table, row)`` pairs for ``chunks``,
     ``documents`` and ``errors``."""
 
     def __init__(self, config: ChunkConfig, encoding_errors: str = "strict", secrets: tuple[str, ...] = ()):

@@ -13,25 +13,23 @@ bytes and the same name, whatever the runner, the bundling or the number of work
 With a previous snapshot (``WriteSettings.previous``) the merge also writes the shard's ``changes/``
 tables: the chunk rows to upsert and the chunk ids to delete, found by comparing the shard's rows with the
 previous snapshot's. In an incremental run only the documents that changed were chunked; the run's plan
-(``keep-<shard>.json`` under the staging prefix, see :mod:`chunkline.pipelines.rebuild`) names the
+(``keep-<shard>.json`` under the staging prefix, see :mod:`chunkline.dataset.rebuild`) names the
 documents whose rows are carried over unchanged from the previous snapshot's part, and a shard in which
 nothing changed has its previous part files copied as they are.
 
 Nothing depends on outputs emitted from ``finish_bundle`` (the DaskRunner drops them, which is why Beam's
 own Parquet sink writes no rows there). The parts land in the run's own snapshot folder, which no reader
-looks at until publishing (see :mod:`chunkline.pipelines.publish`) names it, after the pipeline succeeded.
+looks at until publishing (see :mod:`chunkline.dataset.publish`) names it, after the pipeline succeeded.
 """
 
 from __future__ import annotations
 
-import hashlib
 import io
-import json
 import posixpath
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import apache_beam as beam
@@ -40,7 +38,7 @@ import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 from fsspec.core import url_to_fs
 
-from chunkline.pipelines.files import (
+from chunkline.dataset.storage import (
     list_files,
     parquet_bytes,
     read_file_bytes,
@@ -48,25 +46,22 @@ from chunkline.pipelines.files import (
     storage_url,
     write_file_atomically,
 )
-from chunkline.pipelines.publish import verify_part
+from chunkline.dataset.merge import (
+    PreviousSnapshot,
+    ShardPlan,
+    chunk_changes,
+    documents_changes,
+    read_shard_plan,
+    shard_of,
+    sorted_unique,
+    with_modified_times,
+)
+from chunkline.dataset.layout import part_name, part_shard
+from chunkline.dataset.publish import verify_part
 from chunkline.schemas import ROW_TABLES, TABLE_SCHEMAS
 from chunkline.transforms.in_process import apply_in_process
 
-__all__ = ["PreviousSnapshot", "WriteChunkTables", "WriteSettings", "keep_plan_path", "shard_of", "part_shard"]
-
-
-@dataclass(frozen=True)
-class PreviousSnapshot:
-    """The published snapshot a run compares itself with (and, incrementally, carries rows over from)."""
-
-    root_url: str
-    """The output URL; ``parts`` are relative to it."""
-    parts: dict[str, tuple[str, ...]]
-    """Table -> its part files, as the previous manifest names them."""
-    shards: int
-    """The previous run's ``output.shards``: with the same count, shard N's rows are in part N alone."""
-    snapshot: str = ""
-    """The previous snapshot's id."""
+__all__ = ["WriteChunkTables", "WriteSettings"]
 
 
 @dataclass(frozen=True)
@@ -89,26 +84,6 @@ class WriteSettings:
     """The snapshot to compare with; None for the first run on an output."""
     incremental: bool = False
     """True when only changed documents were chunked: each shard's plan names the rows to carry over."""
-
-
-def shard_of(doc_id: str, shards: int) -> int:
-    """The shard of a document: a stable hash of its ``doc_id`` (the same on every machine and run)."""
-    digest = hashlib.sha256(doc_id.encode("utf-8", "surrogatepass")).digest()
-    return int.from_bytes(digest[:8], "big") % shards
-
-
-def part_shard(path: str) -> int | None:
-    """The shard number in a part file's name (``part-00003-<hash>.parquet`` -> 3)."""
-    name = posixpath.basename(path)
-    pieces = name.split("-")
-    if len(pieces) >= 3 and pieces[0] == "part" and pieces[1].isdigit():
-        return int(pieces[1])
-    return None
-
-
-def keep_plan_path(staging_root: str, shard: int) -> str:
-    """Where an incremental run's plan for one shard lives (see :mod:`chunkline.pipelines.rebuild`)."""
-    return f"{staging_root.rstrip('/')}/plan/keep-{shard:05d}.json"
 
 
 def _row_size(row: dict[str, Any]) -> int:
@@ -162,18 +137,6 @@ class _SpillRowsFn(beam.DoFn):
         return written
 
 
-@dataclass
-class _ShardPlan:
-    """What an incremental run carries over in one shard (read from ``keep-<shard>.json``)."""
-
-    modified_times: dict[str, int | None] = field(default_factory=dict)
-    """doc_id -> its file's modification time now (microseconds since the epoch), for every carried document."""
-    rows_untouched: bool = False
-    """No document of the shard was added, changed or deleted: chunks and errors parts can be copied."""
-    documents_untouched: bool = False
-    """...and no carried document's modification time moved: the documents part can be copied too."""
-
-
 class _MergeShardFn(beam.DoFn):
     """Merges one shard: its spill files and the rows carried over from the previous snapshot become one
     sorted, de-duplicated, content-named Parquet file per table, plus the shard's ``changes/`` tables."""
@@ -200,7 +163,7 @@ class _MergeShardFn(beam.DoFn):
         # share of the whole corpus, and the merge should hold it once.
         previous_chunks, chunks = self._merge_table("chunks", shard, previous_parts, carried_ids, plan)
         yield from self._write("chunks", shard, chunks)
-        upserts, deletes = _chunk_changes(previous_chunks, chunks, carried_ids)
+        upserts, deletes = chunk_changes(previous_chunks, chunks, carried_ids)
         del previous_chunks, chunks
         yield from self._write("changes/upserts", shard, upserts)
         yield from self._write("changes/deletes", shard, deletes)
@@ -211,25 +174,24 @@ class _MergeShardFn(beam.DoFn):
         yield from self._write("documents", shard, documents)
         _, errors = self._merge_table("errors", shard, previous_parts, carried_ids, plan)
         yield from self._write("errors", shard, errors)
-        yield from self._write("changes/documents", shard, _documents_changes(previous_documents, documents, upserted, deleted))
+        yield from self._write("changes/documents", shard, documents_changes(previous_documents, documents, upserted, deleted))
 
     def _merge_table(
-        self, table_name: str, shard: int, previous_parts: dict[str, list[str]], carried_ids: pa.Array, plan: _ShardPlan | None
+        self, table_name: str, shard: int, previous_parts: dict[str, list[str]], carried_ids: pa.Array, plan: ShardPlan | None
     ) -> tuple[pa.Table, pa.Table]:
         """(the previous snapshot's rows of the shard, the shard's new rows: carried over and spilled, sorted
         by the table's key with duplicates dropped)."""
         previous = self._read_previous(table_name, shard, previous_parts)
         carried = previous.filter(pc.is_in(previous.column("doc_id"), carried_ids))
         if table_name == "documents" and plan is not None and carried.num_rows:
-            carried = _with_modified_times(carried, plan.modified_times)
-        merged = _sorted_unique(pa.concat_tables([carried, self._read_spills(table_name, shard)]), TABLE_SCHEMAS[table_name][1])
+            carried = with_modified_times(carried, plan.modified_times)
+        merged = sorted_unique(pa.concat_tables([carried, self._read_spills(table_name, shard)]), TABLE_SCHEMAS[table_name][1])
         return previous, merged
 
-    def _plan(self, shard: int) -> _ShardPlan | None:
+    def _plan(self, shard: int) -> ShardPlan | None:
         if not self._settings.incremental:
             return None
-        data = json.loads(read_file_bytes(self._fs, keep_plan_path(self._staging_root, shard), secrets=self._settings.secrets))
-        return _ShardPlan(data["modified_times"], data["rows_untouched"], data["documents_untouched"])
+        return read_shard_plan(self._fs, self._staging_root, shard, self._settings.secrets)
 
     def _previous_parts(self, shard: int) -> dict[str, list[str]]:
         """Table -> the previous snapshot's part files that can hold rows of ``shard``."""
@@ -277,19 +239,18 @@ class _MergeShardFn(beam.DoFn):
         if not table.num_rows:
             return
         data = parquet_bytes(table, self._settings.row_group_rows, self._settings.compression)
-        name = f"part-{shard:05d}-{hashlib.sha256(data).hexdigest()[:16]}.parquet"
-        path = f"{self._snapshot_root}/{table_name}/{name}"
+        path = f"{self._snapshot_root}/{table_name}/{part_name(shard, data)}"
         write_file_atomically(self._fs, path, data, secrets=self._settings.secrets)
         yield path
 
-    def _copy_untouched(self, shard: int, plan: _ShardPlan, previous_parts: dict[str, list[str]]) -> Iterator[str]:
+    def _copy_untouched(self, shard: int, plan: ShardPlan, previous_parts: dict[str, list[str]]) -> Iterator[str]:
         """A shard where nothing changed: its part files are the previous ones, copied as they are (the
         bytes a rebuild would write), and every one of its documents is ``unchanged``."""
         documents = self._read_previous("documents", shard, previous_parts)
         for table_name in ROW_TABLES:
             if table_name == "documents" and not plan.documents_untouched:
-                table = _with_modified_times(documents, plan.modified_times)
-                yield from self._write(table_name, shard, _sorted_unique(table, TABLE_SCHEMAS[table_name][1]))
+                table = with_modified_times(documents, plan.modified_times)
+                yield from self._write(table_name, shard, sorted_unique(table, TABLE_SCHEMAS[table_name][1]))
                 continue
             for source in previous_parts.get(table_name, []):
                 # Read and verified, then written: a storage-side copy would carry bytes nobody checked.
@@ -297,114 +258,8 @@ class _MergeShardFn(beam.DoFn):
                 destination = f"{self._snapshot_root}/{table_name}/{posixpath.basename(source)}"
                 write_file_atomically(self._fs, destination, data, secrets=self._settings.secrets)
                 yield destination
-        unchanged = _documents_changes(documents, documents, {}, {})
+        unchanged = documents_changes(documents, documents, {}, {})
         yield from self._write("changes/documents", shard, unchanged)
-
-
-def _with_modified_times(documents: pa.Table, modified_times: dict[str, int | None]) -> pa.Table:
-    """``documents`` with each row's ``modified_time`` set to its file's current one."""
-    column = documents.schema.get_field_index("modified_time")
-    values = [modified_times.get(doc_id) for doc_id in documents.column("doc_id").to_pylist()]
-    return documents.set_column(column, documents.schema.field(column), pa.array(values, pa.int64()).cast(documents.schema.field(column).type))
-
-
-def _chunk_changes(previous: pa.Table, final: pa.Table, carried_ids: pa.Array) -> tuple[pa.Table, pa.Table]:
-    """A shard's ``changes/upserts`` and ``changes/deletes``: the chunk rows that are new or differ from the
-    previous snapshot's, and the previous chunks that are gone (carried documents are neither)."""
-    old_chunks = previous.filter(pc.invert(pc.is_in(previous.column("doc_id"), carried_ids)))
-    new_chunks = final.filter(pc.invert(pc.is_in(final.column("doc_id"), carried_ids))) if len(carried_ids) else final
-    if old_chunks.num_rows:
-        position_in_old = pc.index_in(new_chunks.column("chunk_id"), value_set=old_chunks.column("chunk_id"))
-        upserts = new_chunks.filter(pc.invert(_same_rows(new_chunks, old_chunks, position_in_old)))
-    else:
-        upserts = new_chunks  # every chunk is new: no copy of the shard's rows
-    deletes = old_chunks.select(["doc_id", "chunk_id", "chunk_uuid"]).filter(
-        pc.invert(pc.is_in(old_chunks.column("chunk_id"), value_set=new_chunks.column("chunk_id")))
-    )
-    deletes_schema, deletes_key = TABLE_SCHEMAS["changes/deletes"]
-    # Upserts are a filter of the sorted, de-duplicated chunks: in key order already, with the same columns.
-    return (
-        upserts.replace_schema_metadata(TABLE_SCHEMAS["changes/upserts"][0].metadata),
-        _sorted_unique(deletes.cast(deletes_schema), deletes_key),
-    )
-
-
-def _same_rows(new: pa.Table, old: pa.Table, position_in_old: pa.Array) -> pa.Array:
-    """For each row of ``new``: True if ``old`` holds a row with its ``chunk_id`` (at ``position_in_old``)
-    whose every column is equal."""
-    matched = pc.is_valid(position_in_old)
-    if new.num_rows == 0 or not pc.any(matched).as_py():
-        return pa.array([False] * new.num_rows, pa.bool_())
-    counterpart = old.take(pc.fill_null(position_in_old, 0))
-    same = matched
-    for name in new.column_names:
-        left, right = new.column(name), counterpart.column(name)
-        if pa.types.is_list(left.type):
-            # Lists compare by length and by their items joined with a separator no heading holds.
-            lengths_equal = pc.equal(pc.list_value_length(left), pc.list_value_length(right))
-            same = pc.and_(same, pc.fill_null(lengths_equal, True))
-            left, right = (pc.binary_join(column, "\x1f") for column in (left, right))
-        equal = pc.equal(left, right)
-        both_null = pc.and_(pc.is_null(left), pc.is_null(right))
-        same = pc.and_(same, pc.or_(pc.fill_null(equal, False), both_null))
-    return same
-
-
-def _document_hashes(documents: pa.Table) -> dict[str, str | None]:
-    """doc_id -> content sha256 of the document's own row (a doc_id held twice has one ``skipped`` row)."""
-    hashes: dict[str, str | None] = {}
-    for doc_id, status, digest in zip(
-        documents.column("doc_id").to_pylist(),
-        documents.column("status").to_pylist(),
-        documents.column("content_sha256").to_pylist(),
-    ):
-        if doc_id not in hashes or status != "skipped":
-            hashes[doc_id] = digest
-    return hashes
-
-
-def _documents_changes(
-    previous: pa.Table, final: pa.Table, upserted: dict[str, int], deleted: dict[str, int]
-) -> pa.Table:
-    before, after = _document_hashes(previous), _document_hashes(final)
-    rows = []
-    for doc_id in sorted(set(before) | set(after)):
-        if doc_id not in before:
-            change = "added"
-        elif doc_id not in after:
-            change = "deleted"
-        elif before[doc_id] != after[doc_id] or before[doc_id] is None or upserted.get(doc_id) or deleted.get(doc_id):
-            change = "changed"
-        else:
-            change = "unchanged"
-        rows.append(
-            {
-                "doc_id": doc_id,
-                "change": change,
-                "content_sha256": after.get(doc_id),
-                "previous_content_sha256": before.get(doc_id),
-                "chunks_upserted": upserted.get(doc_id, 0),
-                "chunks_deleted": deleted.get(doc_id, 0),
-            }
-        )
-    return pa.Table.from_pylist(rows, schema=TABLE_SCHEMAS["changes/documents"][0])
-
-
-def _sorted_unique(table: pa.Table, key_columns: tuple[str, ...]) -> pa.Table:
-    """Rows sorted by ``key_columns`` with repeated keys dropped.
-
-    Keys are unique per row in every table, so a repeated key is a row that a retried bundle spilled
-    twice; the copies are equal, and keeping the first is deterministic."""
-    table = table.sort_by([(name, "ascending") for name in key_columns])
-    if table.num_rows < 2:
-        return table
-    same_as_previous = None
-    for name in key_columns:
-        column = table.column(name)
-        equal = pc.fill_null(pc.equal(column.slice(1), column.slice(0, table.num_rows - 1)), False)
-        same_as_previous = equal if same_as_previous is None else pc.and_(same_as_previous, equal)
-    keep = pa.concat_arrays([pa.array([True]), pc.invert(same_as_previous).combine_chunks()])
-    return table if pc.all(keep).as_py() else table.filter(keep)
 
 
 class WriteChunkTables(beam.PTransform):

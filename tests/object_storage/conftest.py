@@ -35,8 +35,8 @@ from typing import Any
 import pytest
 import yaml
 
-from chunkline.pipelines.config import load_run_config
-from chunkline.pipelines.publish import MANIFEST_NAME, SUCCESS_NAME, read_dataset, read_manifest
+from chunkline.dataset.settings import load_run_config
+from chunkline.dataset.publish import MANIFEST_NAME, SUCCESS_NAME, read_dataset, read_manifest
 from chunkline.pipelines.run import RunSummary, run_pipeline
 
 REPO = Path(__file__).resolve().parents[2]

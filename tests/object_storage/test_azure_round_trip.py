@@ -8,7 +8,7 @@ from __future__ import annotations
 import fsspec
 import pytest
 
-from chunkline.pipelines.publish import read_dataset
+from chunkline.dataset.publish import read_dataset
 
 from .conftest import (
     NOT_UTF8,

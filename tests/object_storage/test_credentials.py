@@ -23,7 +23,7 @@ from urllib.parse import parse_qs, quote
 
 import pytest
 
-from chunkline.pipelines.publish import read_dataset
+from chunkline.dataset.publish import read_dataset
 
 from .conftest import (
     AZURITE_ACCOUNT,
@@ -206,7 +206,7 @@ EVERY_KIND_OF_CREDENTIAL = {
 
 
 def test_every_credential_option_of_the_object_store_filesystems_is_a_secret():
-    from chunkline.pipelines.config import RunConfig
+    from chunkline.dataset.settings import RunConfig
 
     config = RunConfig.from_dict({name: {"storage_options": options} for name, options in EVERY_KIND_OF_CREDENTIAL.items()})
     secrets = set(config.secrets())
@@ -227,8 +227,8 @@ def test_a_storage_error_that_repeats_the_request_url_does_not_reveal_the_sas_of
     from multidict import CIMultiDict, CIMultiDictProxy
     from yarl import URL
 
-    from chunkline.pipelines.config import RunConfig
-    from chunkline.pipelines.files import StorageError, with_storage_retries
+    from chunkline.dataset.settings import RunConfig
+    from chunkline.dataset.storage import StorageError, with_storage_retries
 
     sas = EVERY_KIND_OF_CREDENTIAL["output"]["sas_token"]
     connection_string = f"BlobEndpoint=https://harbourstorage.blob.core.windows.net;SharedAccessSignature={sas}"

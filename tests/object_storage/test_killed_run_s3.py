@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from chunkline.pipelines.publish import MANIFEST_NAME
+from chunkline.dataset.publish import MANIFEST_NAME
 
 from .conftest import (
     assert_only_published_objects,

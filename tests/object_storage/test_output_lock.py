@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from chunkline.pipelines.publish import (
+from chunkline.dataset.publish import (
     LOCK_NAME,
     ConcurrentRunError,
     _create_exclusively,

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from chunkline.pipelines.publish import MANIFEST_NAME, read_dataset
+from chunkline.dataset.publish import MANIFEST_NAME, read_dataset
 
 from .conftest import (
     S3_REGION,

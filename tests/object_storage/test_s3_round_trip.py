@@ -9,7 +9,7 @@ import json
 import fsspec
 import pytest
 
-from chunkline.pipelines.publish import read_dataset
+from chunkline.dataset.publish import read_dataset
 
 from .conftest import (
     NOT_UTF8,

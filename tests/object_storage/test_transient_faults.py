@@ -33,9 +33,9 @@ from botocore.exceptions import (
 )
 from s3fs.errors import translate_boto_error
 
-import chunkline.pipelines.files as files_module
-from chunkline.pipelines.files import is_transient_storage_error
-from chunkline.pipelines.publish import LOCK_NAME, MANIFEST_NAME
+import chunkline.dataset.storage as files_module
+from chunkline.dataset.storage import is_transient_storage_error
+from chunkline.dataset.publish import LOCK_NAME, MANIFEST_NAME
 
 from .conftest import AZURITE_ACCOUNT, NOT_UTF8, comparable_rows, corpus_files, published_manifest, run
 

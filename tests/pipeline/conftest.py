@@ -23,8 +23,8 @@ import pytest
 from fsspec.core import url_to_fs
 
 import chunkline
-from chunkline.pipelines.config import load_run_config
-from chunkline.pipelines.publish import read_dataset, read_manifest
+from chunkline.dataset.settings import load_run_config
+from chunkline.dataset.publish import read_dataset, read_manifest
 from chunkline.pipelines.run import RunSummary, run_pipeline
 from chunkline.record import Chunk
 

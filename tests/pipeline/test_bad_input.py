@@ -18,6 +18,7 @@ import yaml
 
 import chunkline
 import chunkline.transforms.chunk as chunk_module
+import chunkline.dataset.inputs as inputs_module
 import chunkline.transforms.read as read_module
 from chunkline.pipelines.cli import main
 
@@ -83,7 +84,7 @@ def bad(tmp_path_factory):
     write_files(root, bad_files)
     assert len(bad_files["exports/huge.md"]) > MAX_FILE_BYTES > max(len(data) for data in CORPUS.values())
 
-    original_match = read_module.match_input
+    original_match = inputs_module.match_input
     original_chunk = chunk_module.chunk_document
 
     def match_then_delete(url, input_index, config):
@@ -98,7 +99,7 @@ def bad(tmp_path_factory):
         return original_chunk(document, config, counter, doc_id=doc_id, **keywords)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(read_module, "match_input", match_then_delete)
+        patch.setattr(inputs_module, "match_input", match_then_delete)
         patch.setattr(chunk_module, "chunk_document", failing_strategy)
         strict_summary = run([root], base / "strict", f"input.max_file_bytes={MAX_FILE_BYTES}")
 
@@ -256,7 +257,7 @@ def test_read_step_reports_a_vanished_file_without_raising(tmp_path):
     """The read DoFn on its own: a matched file deleted before the read is a ``read`` problem."""
     root = write_files(tmp_path / "docs", {"kept.md": b"# Kept\n", "gone.md": b"# Gone\n"})
     config = read_module.InputConfig(paths=(str(root),))
-    matched = {source.doc_id: source for source in read_module.match_input(str(root), 0, config)}
+    matched = {source.doc_id: source for source in inputs_module.match_input(str(root), 0, config)}
     (root / "gone.md").unlink()
     reader = read_module._ReadFileFn(config, ())
     reader.setup()

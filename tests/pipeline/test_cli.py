@@ -211,6 +211,28 @@ def test_chunk_table_preview(corpus, capsys):
     assert "(preamble)" in out
 
 
+def test_chunk_skips_what_the_pipeline_refuses_to_decode(tmp_path, capsys):
+    """``chunkline chunk`` decodes as ``chunkline run`` does: a binary file (even one that is valid UTF-8)
+    and invalid UTF-8 are skipped with why, and the run gives each the same verdict as an error row."""
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "ok.md").write_bytes(b"# Title\n\nText.\n")
+    (folder / "controls.md").write_bytes(bytes(range(1, 9)) + b" text\n")
+    (folder / "logo.md").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00")
+    (folder / "latin1.md").write_bytes("# Caf\u00e9\n".encode("latin-1"))
+    assert main(["chunk", str(folder)]) == 1
+    captured = capsys.readouterr()
+    err = captured.err
+    for name in ("controls.md", "logo.md"):
+        assert f"{name}: file is binary (control bytes or NUL bytes in invalid UTF-8), not markdown text; skipped" in err
+    assert "latin1.md: not valid UTF-8 (byte 5: invalid continuation byte); skipped" in err
+    assert "1 file(s), 1 chunk(s)" in captured.out and "3 file(s) could not be read" in captured.out
+    output = tmp_path / "out"
+    assert main(["run", str(folder), "--output", str(output)]) == 0
+    errors = {row["doc_id"]: row["error_type"] for row in rows(output, "errors")}
+    assert errors == {"controls.md": "BinaryFile", "logo.md": "BinaryFile", "latin1.md": "InvalidUtf8"}
+
+
 def test_strategies_lists_headings_and_its_parameters(capsys):
     assert main(["strategies"]) == 0
     out = capsys.readouterr().out

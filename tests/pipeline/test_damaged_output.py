@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 import chunkline.pipelines.run as run_module
 from chunkline.pipelines.cli import main
-from chunkline.pipelines.publish import (
+from chunkline.dataset.publish import (
     DamagedDatasetError,
     manifest_problem,
     read_dataset,

@@ -23,7 +23,7 @@ from chunkline.pipelines.cli import main
 from chunkline.record import ChunkSpan
 from chunkline.strategies.headings import HeadingsParams
 from chunkline.transforms.chunk import ChunkDocuments
-from chunkline.transforms.read import SourceFile
+from chunkline.dataset.inputs import SourceFile
 from hostile_corpus import front_matter_billion_laughs, front_matter_odd_keys, front_matter_recursive_alias
 from test_front_matter import yaml_front_matter
 

@@ -25,15 +25,15 @@ import pyarrow.parquet as pq
 import pytest
 from fsspec.implementations.local import LocalFileSystem
 
-import chunkline.pipelines.files as files_module
+import chunkline.dataset.storage as files_module
 import chunkline.registry as registry_module
 import chunkline.transforms.chunk as chunk_module
 import chunkline.transforms.read as read_module
 import chunkline.transforms.write as write_module
-from chunkline.pipelines.files import StorageError, is_transient_storage_error, with_storage_retries
+from chunkline.dataset.storage import StorageError, is_transient_storage_error, with_storage_retries
 from chunkline.schemas import ROW_TABLES, TABLE_SCHEMAS
 from chunkline.strategies.headings import HeadingsParams
-from chunkline.transforms.read import SourceFile
+from chunkline.dataset.inputs import SourceFile
 from chunkline.transforms.write import WriteSettings
 
 from .conftest import (

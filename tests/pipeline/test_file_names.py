@@ -107,7 +107,7 @@ def test_any_byte_names_give_one_documents_row_each_with_distinct_valid_utf8_ids
 
 @given(names=st.lists(st.binary(min_size=1, max_size=12), min_size=2, max_size=8, unique=True))
 def test_utf8_name_is_one_to_one_and_always_valid_utf8(names):
-    from chunkline.pipelines.listing import utf8_name
+    from chunkline.dataset.inputs import utf8_name
 
     listed = [os.fsdecode(name) for name in names]  # what a local listing gives for these bytes
     escaped = [utf8_name(name) for name in listed]
@@ -122,7 +122,7 @@ def test_utf8_name_is_one_to_one_and_always_valid_utf8(names):
 
 
 def test_utf8_name_keeps_ordinary_percent_signs():
-    from chunkline.pipelines.listing import utf8_name
+    from chunkline.dataset.inputs import utf8_name
 
     assert utf8_name("my%20file.md") == "my%20file.md"
     assert utf8_name("100%.md") == "100%.md"

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import chunkline.transforms.chunk as chunk_module
-from chunkline.pipelines.publish import (
+from chunkline.dataset.publish import (
     ConcurrentRunError,
     DatasetNotFoundError,
     list_snapshots,
@@ -306,7 +306,7 @@ def test_a_chunk_row_is_upserted_when_any_column_differs_even_an_empty_heading_o
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from chunkline.transforms.write import _same_rows
+    from chunkline.dataset.merge import same_rows
 
     new = pa.table(
         {
@@ -324,6 +324,6 @@ def test_a_chunk_row_is_upserted_when_any_column_differs_even_an_empty_heading_o
     )
     position = pc.index_in(new.column("chunk_id"), value_set=old.column("chunk_id"))
     # a#0: [] is not [""]; a#2: another section; a#3: [""] is not []; a#1 and a#4 (null = null) are equal.
-    assert _same_rows(new, old, position).to_pylist() == [False, True, False, False, True]
+    assert same_rows(new, old, position).to_pylist() == [False, True, False, False, True]
     unmatched = pc.index_in(pa.array(["b#0"]), value_set=old.column("chunk_id"))
-    assert _same_rows(new.slice(0, 1), old, unmatched).to_pylist() == [False]
+    assert same_rows(new.slice(0, 1), old, unmatched).to_pylist() == [False]

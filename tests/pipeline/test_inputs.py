@@ -11,8 +11,8 @@ from pathlib import Path
 import fsspec
 import pytest
 
-from chunkline.pipelines.publish import read_dataset
-from chunkline.pipelines.rebuild import PublishRefusedError
+from chunkline.dataset.publish import read_dataset
+from chunkline.dataset.rebuild import PublishRefusedError
 from chunkline.settings import ConfigError
 
 from .conftest import (

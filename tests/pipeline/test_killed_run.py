@@ -59,7 +59,7 @@ if stall_at == "pipeline":
 
     write_module._MergeShardFn.process = process
 elif stall_at == "publish":
-    import chunkline.pipelines.publish as publish_module
+    import chunkline.dataset.publish as publish_module
     write = publish_module.write_file_atomically
 
     def write_file_atomically(fs, path, data, **keywords):

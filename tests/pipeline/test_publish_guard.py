@@ -20,8 +20,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from chunkline.pipelines.cli import main
-from chunkline.pipelines.config import RunConfig
-from chunkline.pipelines.rebuild import PublishRefusedError, RebuildPlan
+from chunkline.dataset.settings import RunConfig
+from chunkline.dataset.rebuild import PublishRefusedError, RebuildPlan
 from chunkline.pipelines.run import refuse_mass_deletion
 
 from .conftest import CORPUS, all_file_digests, documents, manifest, rows, rows_by_doc, run, write_corpus, write_files

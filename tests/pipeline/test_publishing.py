@@ -15,15 +15,15 @@ import pyarrow.parquet as pq
 import pytest
 from fsspec.implementations.local import LocalFileSystem
 
-import chunkline.pipelines.publish as publish_module
+import chunkline.dataset.publish as publish_module
 import chunkline.transforms.write as write_module
 from chunkline.pipelines.cli import main
-from chunkline.pipelines.config import load_run_config
-from chunkline.pipelines.publish import read_dataset
+from chunkline.dataset.settings import load_run_config
+from chunkline.dataset.publish import read_dataset
 from chunkline.pipelines.run import check_output_location
 from chunkline.schemas import ROW_TABLES, SCHEMA_VERSION, TABLE_SCHEMAS
 from chunkline.settings import ConfigError
-from chunkline.transforms.write import shard_of
+from chunkline.dataset.merge import shard_of
 
 from .conftest import (
     CORPUS,

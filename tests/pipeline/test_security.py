@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from chunkline.pipelines.cli import main
-from chunkline.pipelines.config import load_run_config
+from chunkline.dataset.settings import load_run_config
 from chunkline.settings import ConfigError
 
 from .conftest import CORPUS, documents, rows, run, write_corpus, write_files

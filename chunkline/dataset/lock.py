@@ -57,7 +57,7 @@ from typing import Any
 from fsspec.core import url_to_fs
 from fsspec.implementations.local import LocalFileSystem
 
-from chunkline.pipelines.files import (
+from chunkline.dataset.storage import (
     make_parent_folder,
     scrub_secrets,
     storage_call,

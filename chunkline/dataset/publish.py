@@ -1,15 +1,6 @@
 """Publishing a run as a new snapshot of the dataset, and reading the published dataset back.
 
-The dataset at ``URL`` is a series of immutable snapshots and one pointer to the latest::
-
-    URL/_manifest.json                        the latest snapshot's manifest: the pointer readers follow
-    URL/_SUCCESS                              written after the pointer; holds the snapshot id
-    URL/snapshots/<id>/_manifest.json         each kept snapshot's own manifest
-    URL/snapshots/<id>/chunks/part-*.parquet  one folder per table; part names carry a hash of their bytes
-    URL/snapshots/<id>/documents/...          (and errors/, changes/documents/, changes/upserts/,
-                                               changes/deletes/)
-    URL/_staging/<run id>/                    a running run's scratch files (spills, plan)
-    URL/_lock.json                            held by the run that is writing the output
+The dataset's folders and file names are in :mod:`chunkline.dataset.layout`.
 
 A run writes its part files straight into its own snapshot folder, which no reader looks at until the
 root ``_manifest.json`` names it. Publishing writes the snapshot's manifest, then replaces the root
@@ -31,7 +22,7 @@ the output; readers get one :class:`DamagedDatasetError` line naming what is dam
 marker for tools that wait for one, never read by chunkline: a stale one is rewritten by the next run.
 
 Only one run may write an output at a time: :func:`acquire_output_lock` (from
-:mod:`chunkline.pipelines.lock`) takes ``_lock.json`` in one exclusive create that carries its content,
+:mod:`chunkline.dataset.lock`) takes ``_lock.json`` in one exclusive create that carries its content,
 refuses with a clear message while another live run holds it, and lets exactly one of the runs that find a
 dead run's lock replace it.
 """
@@ -42,7 +33,6 @@ import hashlib
 import json
 import logging
 import posixpath
-import re
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -52,9 +42,22 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from fsspec.core import url_to_fs
 
+from chunkline.dataset.layout import (
+    DATASET_FORMAT,
+    MANIFEST_NAME,
+    PART_NAME,
+    SNAPSHOT_ID,
+    SNAPSHOTS_FOLDER,
+    STAGING_FOLDER,
+    SUCCESS_NAME,
+    join_path,
+    part_name,
+    snapshot_url,
+    staging_url,
+)
 from chunkline.schemas import ROW_TABLES, SCHEMA_VERSION, TABLE_SCHEMAS
-from chunkline.pipelines.config import storage_secrets
-from chunkline.pipelines.files import (
+from chunkline.dataset.settings import storage_secrets
+from chunkline.dataset.storage import (
     list_files,
     parquet_bytes,
     read_parquet_bytes,
@@ -63,7 +66,7 @@ from chunkline.pipelines.files import (
     storage_url,
     write_file_atomically,
 )
-from chunkline.pipelines.lock import (  # re-exported: the lock is part of this module's interface
+from chunkline.dataset.lock import (  # re-exported: the lock is part of this module's interface
     LOCK_NAME,
     ConcurrentRunError,
     OutputLock,
@@ -102,11 +105,6 @@ __all__ = [
 
 logger = logging.getLogger("chunkline")
 
-MANIFEST_NAME = "_manifest.json"
-SUCCESS_NAME = "_SUCCESS"
-STAGING_FOLDER = "_staging"
-SNAPSHOTS_FOLDER = "snapshots"
-DATASET_FORMAT = "chunkline-dataset"
 # Tables of the layout before snapshots, removed from an output's top level once it has a snapshot.
 _TOP_LEVEL_TABLES = ("chunks", "documents", "errors")
 
@@ -130,24 +128,10 @@ class PublishedDataset:
     manifest: dict[str, Any]
 
 
-def _join(*parts: str) -> str:
-    return posixpath.join(*[part.rstrip("/") if number == 0 else part.strip("/") for number, part in enumerate(parts)])
-
-
-def staging_url(output_url: str, run_id: str) -> str:
-    """Where a run keeps its scratch files (spills, plan)."""
-    return _join(output_url, STAGING_FOLDER, run_id)
-
-
-def snapshot_url(output_url: str, snapshot: str) -> str:
-    """The folder of one snapshot."""
-    return _join(output_url, SNAPSHOTS_FOLDER, snapshot)
-
-
 def _empty_part(table: str) -> tuple[str, bytes]:
     schema = TABLE_SCHEMAS[table][0]
     data = parquet_bytes(schema.empty_table(), 1, "zstd")
-    return f"part-00000-{hashlib.sha256(data).hexdigest()[:16]}.parquet", data
+    return part_name(0, data), data
 
 
 # ------------------------------------------------------------------------------------------ publish
@@ -176,11 +160,11 @@ def publish_run(
     started = time.perf_counter()
     fs, root = url_to_fs(output_url, **(storage_options or {}))
     root = root.rstrip("/")
-    snapshot_folder = _join(SNAPSHOTS_FOLDER, run_id)
-    snapshot_root = _join(root, snapshot_folder)
+    snapshot_folder = join_path(SNAPSHOTS_FOLDER, run_id)
+    snapshot_root = join_path(root, snapshot_folder)
     tables: dict[str, dict[str, Any]] = {}
     for table in TABLE_SCHEMAS:
-        table_folder = _join(snapshot_root, table)
+        table_folder = join_path(snapshot_root, table)
         parts = [path for path in list_files(fs, table_folder, secrets) if path.endswith(".parquet")]
         rows = sum(
             storage_call(lambda path=path: _row_count(fs, path), storage_url(fs, path), "read", secrets) for path in parts
@@ -189,7 +173,7 @@ def publish_run(
         if not names:
             # Every table has at least one file, so that readers globbing it find its schema.
             name, data = _empty_part(table)
-            write_file_atomically(fs, _join(table_folder, name), data, secrets=secrets)
+            write_file_atomically(fs, join_path(table_folder, name), data, secrets=secrets)
             names.append(name)
         tables[table] = {"files": [f"{snapshot_folder}/{table}/{name}" for name in names], "rows": rows}
     before = _kept_snapshots(fs, root, secrets) if previous_kept is None else list(previous_kept)
@@ -206,16 +190,16 @@ def publish_run(
     }
     manifest.setdefault("timings", {})["publish_seconds"] = round(time.perf_counter() - started, 3)
     manifest_bytes = json.dumps(manifest, indent=2, sort_keys=True).encode()
-    write_file_atomically(fs, _join(snapshot_root, MANIFEST_NAME), manifest_bytes, secrets=secrets)
+    write_file_atomically(fs, join_path(snapshot_root, MANIFEST_NAME), manifest_bytes, secrets=secrets)
     if lock is not None:
         lock.verify()
     # The commit point: from here on the root manifest names the new snapshot.
-    write_file_atomically(fs, _join(root, MANIFEST_NAME), manifest_bytes, secrets=secrets)
+    write_file_atomically(fs, join_path(root, MANIFEST_NAME), manifest_bytes, secrets=secrets)
     try:
         _remove_unneeded(fs, root, kept, secrets)
     except Exception as error:  # the snapshot is published; what is left over goes with the next run
         logger.warning("chunkline: published snapshot %s, but could not remove old files (%s)", run_id, scrub_secrets(str(error), secrets))
-    write_file_atomically(fs, _join(root, SUCCESS_NAME), f"{run_id}\n".encode(), secrets=secrets)
+    write_file_atomically(fs, join_path(root, SUCCESS_NAME), f"{run_id}\n".encode(), secrets=secrets)
     return PublishedDataset(output_url, run_id, manifest)
 
 
@@ -232,7 +216,7 @@ def _kept_snapshots(fs, root: str, secrets: tuple[str, ...]) -> list[str]:
     """The snapshots the current root manifest keeps, oldest first (none for a new output, or when the root
     manifest is damaged: then no snapshot it named can be trusted)."""
     try:
-        data = storage_call(lambda: fs.cat_file(_join(root, MANIFEST_NAME)), storage_url(fs, root), "read", secrets)
+        data = storage_call(lambda: fs.cat_file(join_path(root, MANIFEST_NAME)), storage_url(fs, root), "read", secrets)
     except FileNotFoundError:
         return []
     try:
@@ -248,12 +232,12 @@ def _remove_unneeded(fs, root: str, kept: list[str], secrets: tuple[str, ...]) -
     """Remove the staging area, every snapshot folder the root manifest does not keep (older ones, and the
     folders of failed or killed runs) and the tables of the layout before snapshots. Runs with the lock
     held: nothing else is writing."""
-    _remove_tree(fs, _join(root, STAGING_FOLDER), secrets)
-    for name in _list_folder(fs, _join(root, SNAPSHOTS_FOLDER), secrets):
+    _remove_tree(fs, join_path(root, STAGING_FOLDER), secrets)
+    for name in _list_folder(fs, join_path(root, SNAPSHOTS_FOLDER), secrets):
         if name not in kept:
-            _remove_tree(fs, _join(root, SNAPSHOTS_FOLDER, name), secrets)
+            _remove_tree(fs, join_path(root, SNAPSHOTS_FOLDER, name), secrets)
     for table in _TOP_LEVEL_TABLES:
-        _remove_tree(fs, _join(root, table), secrets)
+        _remove_tree(fs, join_path(root, table), secrets)
 
 
 def _row_count(fs, path: str) -> int:
@@ -268,8 +252,8 @@ def discard_run(output_url: str, run_id: str, storage_options: dict[str, Any] | 
         fs, root = url_to_fs(output_url, **(storage_options or {}))
         root = root.rstrip("/")
         for folder in (STAGING_FOLDER, SNAPSHOTS_FOLDER):
-            _remove_tree(fs, _join(root, folder, run_id))
-            parent = _join(root, folder)
+            _remove_tree(fs, join_path(root, folder, run_id))
+            parent = join_path(root, folder)
             if fs.exists(parent) and not fs.ls(parent):
                 fs.rmdir(parent)
     except Exception:  # cleaning up must never hide the run's own error
@@ -286,11 +270,6 @@ def _remove_tree(fs, path: str, secrets: tuple[str, ...] = ()) -> None:
 
 # ---------------------------------------------------------------------------------------- verifying
 
-#: A part file's name: ``part-<shard>-<first 16 hex digits of the SHA-256 of its bytes>.parquet``. The hash
-#: lets every read of a part check that it got the bytes that were written.
-PART_NAME = re.compile(r"part-(\d{5})-([0-9a-f]{16})\.parquet")
-# Snapshot ids are run ids (``20261130T101500.123456Z-3f9a1c``): no slash, no leading dot, so no ``..``.
-_SNAPSHOT_ID = re.compile(r"[0-9A-Za-z][0-9A-Za-z._-]*")
 
 
 def verify_part(url: str, data: bytes) -> None:
@@ -326,12 +305,12 @@ def manifest_problem(manifest: Any, snapshot: str | None = None) -> str | None:
     if manifest.get("format") != DATASET_FORMAT:
         return f"its format is {_shown(manifest.get('format'))}, not {DATASET_FORMAT!r}"
     name = manifest.get("snapshot")
-    if not isinstance(name, str) or not _SNAPSHOT_ID.fullmatch(name):
+    if not isinstance(name, str) or not SNAPSHOT_ID.fullmatch(name):
         return f"its snapshot id {_shown(name)} is not a valid id"
     if snapshot is not None and name != snapshot:
         return f"it names snapshot {name}, not {snapshot}"
     kept = manifest.get("snapshots", [name])
-    well_formed = isinstance(kept, list) and all(isinstance(item, str) and _SNAPSHOT_ID.fullmatch(item) for item in kept)
+    well_formed = isinstance(kept, list) and all(isinstance(item, str) and SNAPSHOT_ID.fullmatch(item) for item in kept)
     if not well_formed or kept[-1:] != [name]:
         return "its list of kept snapshots is not valid"
     output = (manifest.get("config") or {}).get("output") if isinstance(manifest.get("config"), dict) else None
@@ -385,7 +364,7 @@ def _parts_problem(
     snapshot = manifest["snapshot"]
     for table, entry in manifest["tables"].items():
         names = entry["files"]
-        folder = _join(root, SNAPSHOTS_FOLDER, snapshot, table)
+        folder = join_path(root, SNAPSHOTS_FOLDER, snapshot, table)
         present = {
             f"{SNAPSHOTS_FOLDER}/{snapshot}/{table}/{posixpath.basename(path)}"
             for path in list_files(fs, folder, secrets)
@@ -401,7 +380,7 @@ def _parts_problem(
             continue
         rows = 0
         for name in names:
-            path = _join(root, name)
+            path = join_path(root, name)
             try:
                 data = storage_call(lambda path=path: fs.cat_file(path), storage_url(fs, path), "read", secrets)
             except FileNotFoundError:
@@ -477,7 +456,7 @@ def verify_output(
     manifest is restored from it."""
     fs, root = url_to_fs(output_url, **(storage_options or {}))
     root = root.rstrip("/")
-    root_path = _join(root, MANIFEST_NAME)
+    root_path = join_path(root, MANIFEST_NAME)
     try:
         root_bytes = storage_call(lambda: fs.cat_file(root_path), storage_url(fs, root_path), "read", secrets)
     except FileNotFoundError:
@@ -487,7 +466,7 @@ def verify_output(
     repaired: list[str] = []
 
     def own_manifest(name: str) -> tuple[dict[str, Any] | None, str | None]:
-        path = _join(root, SNAPSHOTS_FOLDER, name, MANIFEST_NAME)
+        path = join_path(root, SNAPSHOTS_FOLDER, name, MANIFEST_NAME)
         try:
             data = storage_call(lambda: fs.cat_file(path), storage_url(fs, path), "read", secrets)
         except FileNotFoundError:
@@ -499,7 +478,7 @@ def verify_output(
 
     if published is None:
         damage.append(f"the root manifest {storage_url(fs, root_path)} is damaged: {root_problem}")
-        candidates = list(reversed(_list_folder(fs, _join(root, SNAPSHOTS_FOLDER), secrets)))
+        candidates = list(reversed(_list_folder(fs, join_path(root, SNAPSHOTS_FOLDER), secrets)))
     else:
         candidates = list(reversed(published.get("snapshots") or [published["snapshot"]]))
     chosen: dict[str, Any] | None = None
@@ -541,7 +520,7 @@ def verify_output(
         own, own_problem = own_manifest(published["snapshot"])
         if own != published:
             # Its own copy holds the root manifest's bytes, written just before the commit point.
-            own_path = _join(root, SNAPSHOTS_FOLDER, published["snapshot"], MANIFEST_NAME)
+            own_path = join_path(root, SNAPSHOTS_FOLDER, published["snapshot"], MANIFEST_NAME)
             write_file_atomically(fs, own_path, root_bytes, secrets=secrets)
             repaired.append(
                 f"snapshot {published['snapshot']}: {own_problem or 'its manifest differed from the root manifest'}; "
@@ -554,7 +533,7 @@ def verify_output(
 def _repair_success(fs, root: str, published: str | None, secrets: tuple[str, ...]) -> list[str]:
     """Make ``_SUCCESS`` name the ``published`` snapshot (remove it when there is none to trust); returns
     what was repaired. A run killed right after its commit point leaves it naming the snapshot before."""
-    path = _join(root, SUCCESS_NAME)
+    path = join_path(root, SUCCESS_NAME)
     try:
         success = storage_call(lambda: fs.cat_file(path), storage_url(fs, path), "read", secrets)
     except FileNotFoundError:
@@ -583,7 +562,7 @@ def read_manifest(url: str, storage_options: dict[str, Any] | None = None, *, sn
     fs, root = url_to_fs(url, **(storage_options or {}))
     root = root.rstrip("/")
     secrets = tuple(storage_secrets(storage_options or {}))
-    path = _join(root, MANIFEST_NAME)
+    path = join_path(root, MANIFEST_NAME)
     try:
         data = storage_call(lambda: fs.cat_file(path), storage_url(fs, path), "read", secrets)
     except FileNotFoundError:
@@ -598,7 +577,7 @@ def read_manifest(url: str, storage_options: dict[str, Any] | None = None, *, sn
     if problem:
         if snapshot is not None:
             return _snapshot_manifest(fs, root, url, snapshot, secrets, kept=[])
-        folders = _list_folder(fs, _join(root, SNAPSHOTS_FOLDER), secrets)
+        folders = _list_folder(fs, join_path(root, SNAPSHOTS_FOLDER), secrets)
         hint = f", or read one of the snapshot folders ({', '.join(folders[-3:])}) with --snapshot ID" if folders else ""
         raise DamagedDatasetError(
             f"the root manifest {storage_url(fs, path)} is damaged: {problem}; the next chunkline run on this "
@@ -614,9 +593,9 @@ def read_manifest(url: str, storage_options: dict[str, Any] | None = None, *, sn
 
 def _snapshot_manifest(fs, root: str, url: str, snapshot: str, secrets: tuple[str, ...], *, kept: list[str]) -> dict[str, Any]:
     """The own manifest of ``snapshot``, checked to be well formed and to describe that snapshot."""
-    if not _SNAPSHOT_ID.fullmatch(snapshot):
+    if not SNAPSHOT_ID.fullmatch(snapshot):
         raise DatasetNotFoundError(f"{_shown(snapshot)} is not a snapshot id (see chunkline inspect {url})")
-    path = _join(root, SNAPSHOTS_FOLDER, snapshot, MANIFEST_NAME)
+    path = join_path(root, SNAPSHOTS_FOLDER, snapshot, MANIFEST_NAME)
     try:
         data = storage_call(lambda: fs.cat_file(path), storage_url(fs, path), "read", secrets)
     except FileNotFoundError:
@@ -654,7 +633,7 @@ def dataset_files(
         raise ValueError(f"unknown table {table!r}; tables: {', '.join(TABLE_SCHEMAS)}")
     manifest = read_manifest(url, storage_options, snapshot=snapshot)
     fs, root = url_to_fs(url, **(storage_options or {}))
-    return [storage_url(fs, _join(root.rstrip("/"), name)) for name in manifest["tables"][table]["files"]]
+    return [storage_url(fs, join_path(root.rstrip("/"), name)) for name in manifest["tables"][table]["files"]]
 
 
 def read_dataset(
@@ -685,7 +664,7 @@ def read_dataset(
     entry = manifest["tables"][table]
     parts = []
     for name in entry["files"]:
-        path = _join(root.rstrip("/"), name)
+        path = join_path(root.rstrip("/"), name)
         try:
             data = storage_call(lambda path=path: fs.cat_file(path), storage_url(fs, path), "read", secrets)
         except FileNotFoundError:

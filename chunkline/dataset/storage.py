@@ -156,10 +156,6 @@ def _http_status(error: BaseException) -> int | None:
 
 def scrub_secrets(message: str, secrets: tuple[str, ...]) -> str:
     """``message`` with every secret value replaced by ``***``."""
-    return _scrub(message, secrets)
-
-
-def _scrub(message: str, secrets: tuple[str, ...]) -> str:
     for secret in secrets:
         if secret and secret in message:
             message = message.replace(secret, "***")
@@ -188,17 +184,17 @@ def with_storage_retries(
         except Exception as error:
             if not is_transient_storage_error(error):
                 raise
-            reason = _scrub(f"{type(error).__name__}: {error}", secrets)
+            reason = scrub_secrets(f"{type(error).__name__}: {error}", secrets)
             if attempt == STORAGE_ATTEMPTS:
                 raise StorageError(
-                    f"cannot {action} {_scrub(url, secrets)}: "
+                    f"cannot {action} {scrub_secrets(url, secrets)}: "
                     f"still failing after {attempt} attempts; last error {reason}"
                 ) from None
             delay = min(STORAGE_RETRY_BASE_SECONDS * 2 ** (attempt - 1), STORAGE_RETRY_MAX_SECONDS)
             logger.warning(
                 "chunkline: cannot %s %s (%s); attempt %d of %d, retrying in %.1f s",
                 action,
-                _scrub(url, secrets),
+                scrub_secrets(url, secrets),
                 reason,
                 attempt,
                 STORAGE_ATTEMPTS,
@@ -281,7 +277,7 @@ def storage_call(operation: Callable[[], T], url: str, action: str, secrets: tup
         raise
     except Exception as error:
         first_line = (str(error).strip().splitlines() or [""])[0]
-        message = f"cannot {action} {_scrub(url, secrets)}: {type(error).__name__}: {_scrub(first_line, secrets)}"
+        message = f"cannot {action} {scrub_secrets(url, secrets)}: {type(error).__name__}: {scrub_secrets(first_line, secrets)}"
         # Still a FileNotFoundError or PermissionError where it was one, for callers that tell them apart.
         if isinstance(error, FileNotFoundError):
             raise StorageNotFoundError(message) from None

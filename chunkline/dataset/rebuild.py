@@ -25,7 +25,7 @@ many documents changed), and a full rebuild, which carries nothing over, raises
 The result is row for row what a full rebuild of the new corpus writes: carried rows are the rows the
 chunker would make again, and only ``documents.modified_time`` is refreshed from the listing. For each shard
 the plan is written to ``keep-<shard>.json`` under the run's staging prefix, where the sink's merge reads
-it (see :mod:`chunkline.transforms.write`). When most documents changed, the run is simply a full one.
+it (see :func:`chunkline.dataset.merge.read_shard_plan`). When most documents changed, the run is simply a full one.
 """
 
 from __future__ import annotations
@@ -43,16 +43,21 @@ import pyarrow as pa
 from fsspec.core import url_to_fs
 from fsspec.implementations.local import LocalFileSystem
 
+from chunkline.dataset import inputs
+from chunkline.dataset.inputs import UNLISTED_FOLDER, SourceFile
+from chunkline.dataset.layout import keep_plan_path
+from chunkline.dataset.merge import PreviousSnapshot, shard_of
+from chunkline.dataset.publish import DamagedDatasetError, manifest_problem, read_dataset
+from chunkline.dataset.settings import RunConfig
+from chunkline.dataset.storage import (
+    StorageError,
+    fresh_filesystem,
+    scrub_secrets,
+    with_storage_retries,
+    write_file_atomically,
+)
 from chunkline.engine import CHUNKING_VERSION
-from chunkline.pipelines.config import RunConfig
-from chunkline.pipelines.files import fresh_filesystem, with_storage_retries, write_file_atomically
-from chunkline.pipelines.publish import DamagedDatasetError, manifest_problem
 from chunkline.schemas import SCHEMA_VERSION
-from chunkline.pipelines.files import StorageError
-from chunkline.pipelines.publish import read_dataset
-from chunkline.transforms import read as read_transforms
-from chunkline.transforms.read import UNLISTED_FOLDER, SourceFile, scrub
-from chunkline.transforms.write import PreviousSnapshot, keep_plan_path, shard_of
 
 __all__ = [
     "InputListing",
@@ -104,7 +109,7 @@ def list_inputs(config: RunConfig) -> InputListing:
     for index, url in enumerate(config.input.paths):
         try:
             found = with_storage_retries(
-                lambda url=url, index=index: list(read_transforms.match_input(url, index, config.input)),
+                lambda url=url, index=index: list(inputs.match_input(url, index, config.input)),
                 url,
                 "list",
                 secrets=secrets,
@@ -113,18 +118,18 @@ def list_inputs(config: RunConfig) -> InputListing:
             # match_input's own error names the input; another one (from the filesystem) is added to it.
             what = str(error) if str(error).startswith(f"input {url} ") else f"input {url} does not exist ({error})"
             raise PublishRefusedError(
-                scrub(f"{what}; nothing was published. Check the path (a renamed folder, an unmounted disk, a "
-                      "mistyped bucket?) and run again", secrets)
+                scrub_secrets(f"{what}; nothing was published. Check the path (a renamed folder, an unmounted disk, a "
+                              "mistyped bucket?) and run again", secrets)
             ) from None
         except StorageError as error:
             raise PublishRefusedError(
-                scrub(f"{error}; nothing was published. Run again once input {url} can be listed", secrets)
+                scrub_secrets(f"{error}; nothing was published. Run again once input {url} can be listed", secrets)
             ) from None
         except Exception as error:
             first_line = (str(error).strip().splitlines() or [""])[0]
             raise PublishRefusedError(
-                scrub(f"cannot list input {url} ({type(error).__name__}: {first_line}); nothing was published. "
-                      "Check its permissions or storage_options and run again", secrets)
+                scrub_secrets(f"cannot list input {url} ({type(error).__name__}: {first_line}); nothing was published. "
+                              "Check its permissions or storage_options and run again", secrets)
             ) from None
         files = [source for source in found if not _is_unlisted_folder(source)]
         if not found:
@@ -146,7 +151,7 @@ def _no_match_message(url: str, config: RunConfig) -> str:
     if not any(character in url for character in "*?["):
         filters.append("names ending in " + ", ".join(config.input.extensions))
     within = f" ({' and '.join(filters)})" if filters else ""
-    return scrub(
+    return scrub_secrets(
         f"input {url} matches no file{within}; nothing was published (publishing would delete every document "
         "of it). Check the path or pattern and run again",
         tuple(config.secrets()),
@@ -243,22 +248,62 @@ def plan_rebuild(
     full_reason, previous = _full_rebuild_reason(config, previous_manifest, previous_documents)
     if full_reason is not None:
         _refuse_full_rebuild_over_unlisted(listing, previous_manifest, previous_rows, full_reason)
-        plan = RebuildPlan("full", full_reason, previous, to_chunk=listing.groups(), listed=True)
-        if previous_rows is not None and previous_manifest is not None:
-            before_ids = {row["doc_id"] for row in previous_rows}
-            plan.documents_before = len(before_ids)
-            plan.documents_deleted = len(before_ids - set(listing.documents))
-        return plan
+        published = previous_rows is not None and previous_manifest is not None
+        return _full_plan(full_reason, previous, listing, {row["doc_id"] for row in previous_rows} if published else None)
     assert previous_rows is not None and previous is not None
-    matches = listing.documents
+    # doc_id -> its modification time in the previous snapshot (its first row's, for a doc_id held twice).
+    previous_modified: dict[str, datetime | None] = {}
+    for row in previous_rows:
+        previous_modified.setdefault(row["doc_id"], row["modified_time"])
+    candidates, to_chunk = _carry_candidates(config, listing, previous_rows)
+    carried, edited = _unchanged_since(candidates, previous_rows, config)
+    to_chunk += edited
+    kept = _kept_under_unlisted(listing, previous_rows)
+    carried.update({doc_id: previous_modified[doc_id] for doc_id in kept})
+    to_chunk.sort(key=lambda item: item[0])
+    total = len(listing.documents)
+    # With documents kept for a folder that could not be listed, only this run can keep them: never full.
+    if total and len(to_chunk) > _INCREMENTAL_MAX_SHARE * total and not kept:
+        return _full_plan(f"{len(to_chunk)} of {total} documents need chunking", previous, listing, set(previous_modified))
+    touched, moved = _shards_to_merge(config, listing, to_chunk, carried, previous_modified)
+    deleted = sum(1 for doc_id in previous_modified if doc_id not in listing.documents and doc_id not in carried)
+    reason = f"{len(to_chunk)} of {total} documents to chunk, {len(carried) - len(kept)} carried over, {deleted} gone"
+    if kept:
+        reason += f", {len(kept)} kept from {len(listing.unlisted)} folder(s) that could not be listed"
+    plan = RebuildPlan("incremental", reason, previous, to_chunk, carried, touched, moved - touched, listed=True)
+    plan.documents_before = len(previous_modified)
+    plan.documents_deleted = deleted
+    plan.kept_unlisted = len(kept)
+    return plan
+
+
+def _full_plan(
+    reason: str, previous: PreviousSnapshot | None, listing: InputListing, before: set[str] | None
+) -> RebuildPlan:
+    """A full rebuild of every listed document; ``before``: the previous snapshot's doc_ids, if known."""
+    plan = RebuildPlan("full", reason, previous, to_chunk=listing.groups(), listed=True)
+    if before is not None:
+        plan.documents_before = len(before)
+        plan.documents_deleted = len(before - set(listing.documents))
+    return plan
+
+
+def _carry_candidates(
+    config: RunConfig, listing: InputListing, previous_rows: list[dict[str, Any]]
+) -> tuple[list[SourceFile], list[tuple[str, list[SourceFile]]]]:
+    """(the files whose rows may carry over if their bytes are unchanged, the documents that must be chunked).
+
+    A file may carry over when it alone holds its doc_id, was ``ok`` in the previous snapshot from the same
+    ``source_uri`` and is within the size limit; a folder that could not be listed is chunked (to its error
+    row)."""
     before: dict[str, dict[str, Any] | None] = {}
     for row in previous_rows:
         # A doc_id with two rows (a duplicate across inputs) is never carried over.
         before[row["doc_id"]] = None if row["doc_id"] in before else row
     candidates: list[SourceFile] = []
     to_chunk: list[tuple[str, list[SourceFile]]] = [(folder.doc_id, [folder]) for folder in listing.unlisted]
-    for doc_id in sorted(matches):
-        group = matches[doc_id]
+    for doc_id in sorted(listing.documents):
+        group = listing.documents[doc_id]
         old = before.get(doc_id)
         source = group[0]
         if (
@@ -273,29 +318,41 @@ def plan_rebuild(
             candidates.append(source)
         else:
             to_chunk.append((doc_id, group))
+    return candidates, to_chunk
+
+
+def _unchanged_since(
+    candidates: list[SourceFile], previous_rows: list[dict[str, Any]], config: RunConfig
+) -> tuple[dict[str, datetime | None], list[tuple[str, list[SourceFile]]]]:
+    """(doc_id -> modification time of each candidate whose bytes hash as before, the candidates that changed)."""
+    published = {row["doc_id"]: row["content_sha256"] for row in previous_rows}
     digests = _content_digests(candidates, config)
     carried: dict[str, datetime | None] = {}
+    edited: list[tuple[str, list[SourceFile]]] = []
     for source in candidates:
-        if digests.get(source.doc_id) == before[source.doc_id]["content_sha256"]:
+        if digests.get(source.doc_id) == published[source.doc_id]:
             carried[source.doc_id] = source.modified_time
         else:
-            to_chunk.append((source.doc_id, [source]))
-    kept = _kept_under_unlisted(listing, previous_rows)
-    previous_modified: dict[str, datetime | None] = {}
-    for row in previous_rows:
-        previous_modified.setdefault(row["doc_id"], row["modified_time"])
-    carried.update({doc_id: previous_modified[doc_id] for doc_id in kept})
-    to_chunk.sort(key=lambda item: item[0])
-    total = len(matches)
-    # With documents kept for a folder that could not be listed, only this run can keep them: never full.
-    if total and len(to_chunk) > _INCREMENTAL_MAX_SHARE * total and not kept:
-        plan = RebuildPlan("full", f"{len(to_chunk)} of {total} documents need chunking", previous, listing.groups(), listed=True)
-        plan.documents_before = len(previous_modified)
-        plan.documents_deleted = len(set(previous_modified) - set(matches))
-        return plan
+            edited.append((source.doc_id, [source]))
+    return carried, edited
+
+
+def _shards_to_merge(
+    config: RunConfig,
+    listing: InputListing,
+    to_chunk: list[tuple[str, list[SourceFile]]],
+    carried: dict[str, datetime | None],
+    previous_modified: dict[str, datetime | None],
+) -> tuple[set[int], set[int]]:
+    """(shards where a document was added, changed or deleted; shards where a carried document's
+    modification time moved)."""
     shards = config.output.shards
     touched = {shard_of(doc_id, shards) for doc_id, _ in to_chunk}
-    touched |= {shard_of(doc_id, shards) for doc_id in previous_modified if doc_id not in carried and doc_id not in matches}
+    touched |= {
+        shard_of(doc_id, shards)
+        for doc_id in previous_modified
+        if doc_id not in carried and doc_id not in listing.documents
+    }
     # An error row with no document (a folder that could not be listed then) is made again or dropped.
     touched |= {shard_of(doc_id, shards) for doc_id in _documentless_errors(config, previous_modified)}
     moved = {
@@ -303,15 +360,7 @@ def plan_rebuild(
         for doc_id, modified in carried.items()
         if _microseconds(modified) != _microseconds(previous_modified[doc_id])
     }
-    deleted = sum(1 for doc_id in previous_modified if doc_id not in matches and doc_id not in carried)
-    reason = f"{len(to_chunk)} of {total} documents to chunk, {len(carried) - len(kept)} carried over, {deleted} gone"
-    if kept:
-        reason += f", {len(kept)} kept from {len(listing.unlisted)} folder(s) that could not be listed"
-    plan = RebuildPlan("incremental", reason, previous, to_chunk, carried, touched, moved - touched, listed=True)
-    plan.documents_before = len(previous_modified)
-    plan.documents_deleted = deleted
-    plan.kept_unlisted = len(kept)
-    return plan
+    return touched, moved
 
 
 def _full_rebuild_reason(

@@ -10,7 +10,7 @@ from typing import Any
 
 import pyarrow.compute as pc
 
-from chunkline.pipelines.publish import DamagedDatasetError, list_snapshots, read_dataset, read_manifest, verify_snapshot
+from chunkline.dataset.publish import DamagedDatasetError, list_snapshots, read_dataset, read_manifest, verify_snapshot
 from chunkline.schemas import TABLE_SCHEMAS
 
 __all__ = ["describe_dataset", "token_histogram"]

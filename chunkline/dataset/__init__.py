@@ -1,0 +1,13 @@
+"""The dataset floor: everything about chunkline's output dataset and its inputs, with no Apache Beam.
+
+Storage calls and their retries (:mod:`~chunkline.dataset.storage`), run settings
+(:mod:`~chunkline.dataset.settings`), the input listing, matching and document ids
+(:mod:`~chunkline.dataset.inputs`), decoding (:mod:`~chunkline.dataset.decoding`), the shard merge and
+row diff (:mod:`~chunkline.dataset.merge`), the layout, manifest, verification and publishing
+(:mod:`~chunkline.dataset.publish`), the output lock (:mod:`~chunkline.dataset.lock`) and rebuild
+planning (:mod:`~chunkline.dataset.rebuild`). The Beam transforms call these; nothing here imports Beam.
+"""
+
+from chunkline.dataset.publish import dataset_files, list_snapshots, read_dataset, read_manifest
+
+__all__ = ["dataset_files", "list_snapshots", "read_dataset", "read_manifest"]

@@ -1,0 +1,527 @@
+"""The inputs of a run, with no Beam: listing, matching, doc ids and reading a matched file.
+
+:func:`match_input` lists every file an input URL names (a folder, a glob or a single file, on any fsspec
+protocol, chained ones included) as a :class:`SourceFile` with its doc_id: its POSIX path relative to the
+input's root (the folder, the part of a glob before its first wildcard, or a single file's folder). A file
+whose name leads out of that root (an archive member named ``../evil.md``) is never read: it comes out with
+a ``problem`` under a doc_id of the form ``_outside_input/<12 hex>/evil.md``; so is a name that some OS
+reads as absolute (``C:/x.md``, ``\\\\server\\share\\x.md``, a member named ``/x.md``).
+:func:`choose_source` settles two inputs that hold the same doc_id and :func:`read_source` reads one
+matched file; a file that cannot be read is not an exception but a :class:`SourceFile` with ``problem`` set.
+
+``walk_local_folder(root)`` is how ``chunkline run`` (for local inputs) and ``chunkline chunk`` find the files
+below a folder. Unlike fsspec's ``find``, which drops symbolic links and silently leaves out folders it
+cannot list, it reports everything it meets:
+
+- a link (to a file or a folder) whose target lies inside the root is followed, and what it leads to is
+  listed under the link's own path, as if the link were that file or folder;
+- a link whose target lies outside the root is never followed: it is reported (``link_outside``), so that a
+  link to ``/etc`` or to another project's docs neither leaks into the dataset nor vanishes unnoticed;
+- a link to a folder it is itself inside (a loop) is reported (``link_loop``) instead of being walked again
+  and again;
+- a folder that cannot be listed (permissions, a vanished mount) is reported (``unlisted``) with its error,
+  so that the documents published from it before are never mistaken for deleted ones.
+
+File names on a local disk are bytes; Python lists the ones that are not UTF-8 with lone surrogates in
+place of their bad bytes, which no Arrow column, JSON file or Beam string coder accepts.
+``utf8_name`` turns such a name into valid UTF-8 text, one-to-one, while the listed path (what ``open``
+takes) is kept as it is.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import os
+import posixpath
+import re
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+import fsspec
+from fsspec.archive import AbstractArchiveFileSystem
+from fsspec.core import url_to_fs
+from fsspec.implementations.local import LocalFileSystem
+from fsspec.utils import glob_translate
+
+from chunkline.dataset.settings import InputConfig
+from chunkline.dataset.storage import StorageError, scrub_secrets, with_storage_retries
+
+__all__ = [
+    "UNLISTED_FOLDER",
+    "FileProblem",
+    "ListedEntry",
+    "SourceFile",
+    "choose_source",
+    "glob_root",
+    "list_input",
+    "match_input",
+    "read_source",
+    "utf8_name",
+    "walk_local_folder",
+]
+
+# A '%' that a reader could take for an escaped byte (%80 to %FF) or for an escaped '%' (%25).
+_AMBIGUOUS_PERCENT = re.compile(r"%(?=25|[89A-Fa-f][0-9A-Fa-f])")
+
+
+def utf8_name(name: str) -> str:
+    """``name`` as valid UTF-8 text, different names staying different.
+
+    A byte that was not UTF-8 (listed as a lone surrogate U+DC80..U+DCFF) becomes ``%XX``, its value in
+    hex (``caf\\udce9.md`` -> ``caf%E9.md``); so that no other name can come out the same, a ``%`` that
+    reads as such an escape or as ``%25`` is written ``%25`` (``caf%E9.md`` itself -> ``caf%25E9.md``).
+    Every other name is returned unchanged: ``my%20file.md`` stays as it is."""
+    if "%" in name:
+        name = _AMBIGUOUS_PERCENT.sub("%25", name)
+    try:
+        name.encode("utf-8")
+        return name
+    except UnicodeEncodeError:
+        pass
+    pieces = []
+    for character in name:
+        code = ord(character)
+        if 0xDC80 <= code <= 0xDCFF:
+            pieces.append(f"%{code - 0xDC00:02X}")
+        elif 0xD800 <= code <= 0xDFFF:  # another lone surrogate (a name made in Python, not listed): its bytes
+            pieces.append("".join(f"%{byte:02X}" for byte in character.encode("utf-8", "surrogatepass")))
+        else:
+            pieces.append(character)
+    return "".join(pieces)
+
+
+@dataclass(frozen=True)
+class ListedEntry:
+    """One thing found below a listed folder."""
+
+    path: str
+    """Its path as listed, through any links (what ``open`` takes), with ``/`` separators."""
+    kind: Literal["file", "link_outside", "link_loop", "unlisted"]
+    """``file``: a file to read (a link to one inside the root included); ``link_outside``: a link whose
+    target is outside the root, not followed; ``link_loop``: a link to a folder it is inside, not followed;
+    ``unlisted``: a folder whose listing failed."""
+    size_bytes: int | None = None
+    modified_time: datetime | None = None
+    """Its last modification, in UTC."""
+    is_folder: bool = False
+    """For links: whether the target is a folder (a folder link's name need not end in ``.md``)."""
+    detail: str = ""
+    """For links, the target; for an unlisted folder, its error (``PermissionError: ...``)."""
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def walk_local_folder(root: str, maxdepth: int | None = None) -> Iterator[ListedEntry]:
+    """Every file below the local folder ``root``, and each link or folder that is not followed (see the
+    module docstring), in sorted order; ``maxdepth`` folder levels at most (None: all).
+
+    Raises the ``OSError`` of ``root`` itself when it cannot be listed: an input without a root is no
+    input, and the caller says so."""
+    root = root.rstrip("/") or "/"
+    root_real = os.path.realpath(root)
+    # (folder as listed, its real path, the real paths of the folders it is inside, its depth)
+    pending: list[tuple[str, str, frozenset[str], int]] = [(root, root_real, frozenset({root_real}), 1)]
+    first = True
+    while pending:
+        folder, folder_real, ancestors, depth = pending.pop()
+        try:
+            with os.scandir(folder) as scan:
+                entries = sorted(scan, key=lambda entry: entry.name)
+        except OSError as error:
+            if first:
+                raise
+            yield ListedEntry(_posix(folder), "unlisted", detail=f"{type(error).__name__}: {error}")
+            continue
+        first = False
+        subfolders = []
+        for entry in entries:
+            path = f"{folder.rstrip('/')}/{entry.name}"
+            try:
+                if entry.is_symlink():
+                    target = os.path.realpath(path)
+                    is_folder = os.path.isdir(target)
+                    if not _inside(target, root_real):
+                        yield ListedEntry(_posix(path), "link_outside", is_folder=is_folder, detail=target)
+                    elif is_folder and target in ancestors:
+                        yield ListedEntry(_posix(path), "link_loop", is_folder=True, detail=target)
+                    elif is_folder:
+                        subfolders.append((path, target))
+                    else:
+                        found = _file_entry(path)
+                        if found is not None:
+                            yield found
+                elif entry.is_dir(follow_symlinks=False):
+                    subfolders.append((path, os.path.join(folder_real, entry.name)))
+                elif entry.is_file(follow_symlinks=False):
+                    status = entry.stat(follow_symlinks=False)
+                    yield ListedEntry(_posix(path), "file", size_bytes=status.st_size, modified_time=_utc(status.st_mtime))
+            except FileNotFoundError:  # gone between the listing and the look at it
+                continue
+        if maxdepth is None or depth < maxdepth:
+            # Pushed in reverse so that folders are walked in sorted order.
+            for path, real in reversed(subfolders):
+                pending.append((path, real, ancestors | {real}, depth + 1))
+
+
+def _file_entry(link: str) -> ListedEntry | None:
+    """A link to a file inside the root, as that file (None for a pipe, socket or device, which is no
+    document and whose read could block)."""
+    try:
+        status = os.stat(link)
+    except OSError:  # a dangling link: listed, and its read says what is wrong
+        return ListedEntry(_posix(link), "file")
+    if not stat.S_ISREG(status.st_mode):
+        return None
+    return ListedEntry(_posix(link), "file", size_bytes=status.st_size, modified_time=_utc(status.st_mtime))
+
+
+def _utc(seconds: float) -> datetime:
+    return datetime.fromtimestamp(seconds, tz=timezone.utc)
+
+
+def _posix(path: str) -> str:
+    return path.replace(os.sep, "/") if os.sep != "/" else path
+
+
+_GLOB_CHARACTERS = "*?["
+
+
+@dataclass(frozen=True)
+class FileProblem:
+    """Why a file could not be read (or was skipped)."""
+
+    stage: str
+    error_type: str
+    message: str
+    skipped: bool = False
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    """A matched file, and its bytes once read."""
+
+    doc_id: str
+    source_uri: str
+    input_index: int
+    """Position of the input (in ``input.paths``) the file was found under."""
+    path: str
+    """The file's path in its filesystem (what ``fs.open`` takes)."""
+    size_bytes: int | None
+    modified_time: datetime | None
+    data: bytes | None = None
+    problem: FileProblem | None = None
+
+
+def _modified_time(info: dict[str, Any]) -> datetime | None:
+    for key in ("mtime", "LastModified", "last_modified", "updated", "modified", "created"):
+        value = info.get(key)
+        if value is None:
+            continue
+        if isinstance(value, datetime):
+            return value.astimezone(timezone.utc) if value.tzinfo else value.replace(tzinfo=timezone.utc)
+        if isinstance(value, (int, float)):
+            return datetime.fromtimestamp(float(value), tz=timezone.utc)
+        if isinstance(value, str):
+            try:
+                parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+            except ValueError:
+                continue
+            return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+    return None
+
+
+def glob_root(path: str) -> str:
+    parts = path.split("/")
+    for number, part in enumerate(parts):
+        if any(character in part for character in _GLOB_CHARACTERS):
+            return "/".join(parts[:number])
+    return path
+
+
+def _safe_doc_id(path: str, root: str, *, archive: bool = False) -> str | None:
+    """``path`` relative to ``root`` as a clean POSIX path, or None if it escapes the root.
+
+    Both are normalized first and compared as they are, never against the working folder (which
+    ``relpath`` would bring in for an absolute name under a relative root). A ``..`` between backslashes
+    escapes too: a consumer on Windows would read it as a parent folder; so does a name that any OS reads
+    as absolute (``C:/x.md``, ``C:\\x.md``, ``\\\\server\\share\\x.md``), and in an archive a member
+    named ``/x.md``, whose name is absolute where it would be unpacked."""
+    root = posixpath.normpath(root) if root else ""
+    if root and root != ".":
+        path = posixpath.normpath(path)
+        if path != root and not path.startswith(root.rstrip("/") + "/"):
+            return None
+        relative = posixpath.relpath(path, root)
+    else:
+        if archive and path.startswith(("/", "\\")):
+            return None
+        relative = posixpath.normpath(path.lstrip("/"))
+    if (
+        relative in (".", "")
+        or relative.startswith(("/", "\\"))
+        or _DRIVE.match(relative)
+        or ".." in _PATH_PARTS.split(relative)
+    ):
+        return None
+    return relative
+
+
+# A Windows drive (``C:``) at the start of a name: absolute (``C:/``, ``C:\\``) or drive-relative (``C:x``).
+_DRIVE = re.compile(r"[A-Za-z]:")
+_PATH_PARTS = re.compile(r"[/\\]")
+_OUTSIDE_FOLDER = "_outside_input"
+
+
+def _outside_doc_id(path: str) -> str:
+    """The doc_id of a file whose name leaves the input's root: ``_outside_input/<12 hex>/<name>``.
+
+    ``<name>`` is the file's name with its empty, ``.`` and ``..`` parts dropped (``/`` and ``\\`` both
+    separate parts) and ``<12 hex>`` the start of the sha256 of the name as listed, so the id is the same on
+    every run, two names that climb differently get two ids, and no id is the clean path of a file inside the
+    input that it could be mistaken for (or take the place of as a duplicate)."""
+    digest = hashlib.sha256(path.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    parts = [part for part in _PATH_PARTS.split(path) if part not in ("", ".", "..")]
+    return utf8_name("/".join([_OUTSIDE_FOLDER, digest, *(parts or ["unnamed"])]))
+
+
+def _outside_problem(path: str, root: str) -> FileProblem:
+    where = f"the input's root {root!r}" if root else "the input's root"
+    return FileProblem(
+        "match",
+        "PathOutsideInput",
+        f"{path!r} is not read: its name leads out of {where} through a '..' part or an absolute path, as "
+        "in a zip-slip archive; rename it inside the input to chunk it",
+    )
+
+
+def _selected(doc_id: str, config: InputConfig) -> bool:
+    if config.include and not any(fnmatch.fnmatchcase(doc_id, pattern) for pattern in config.include):
+        return False
+    return not any(fnmatch.fnmatchcase(doc_id, pattern) for pattern in config.exclude)
+
+
+#: ``FileProblem.error_type`` of a folder below an input that could not be listed (see :func:`match_input`).
+UNLISTED_FOLDER = "UnlistableFolder"
+
+
+def match_input(url: str, input_index: int, config: InputConfig) -> Iterator[SourceFile]:
+    """Every file an input URL names, with its doc_id, size and modification time.
+
+    A local folder or glob is walked with :func:`walk_local_folder`: links
+    inside the root are followed; a link out of the root (``LinkOutsideInput``) or to a folder it is inside
+    (``LinkLoop``) comes out with a ``problem`` and is never read. A folder below the root that cannot be
+    listed comes out as one ``SourceFile`` with an empty ``path``, the doc_id of the folder followed by
+    ``/`` and a problem of type :data:`UNLISTED_FOLDER`: its documents are not known, which is not the
+    same as gone. Every doc_id and source_uri is valid UTF-8 (see :func:`utf8_name`);
+    ``path`` is the name as listed. An input whose root is missing raises ``FileNotFoundError``, one whose
+    root cannot be listed the listing's error."""
+    fs, path = url_to_fs(url, **config.storage_options)
+    local = isinstance(fs, LocalFileSystem)
+    if local:
+        path = posixpath.normpath(path)
+    path = path.rstrip("/") if path not in ("", "/") else path
+    archive = isinstance(fs, AbstractArchiveFileSystem)
+    extensions = tuple(extension.lower() for extension in config.extensions)
+    if any(character in path for character in _GLOB_CHARACTERS):
+        root = glob_root(path)
+        if local:
+            listed = _local_glob(path, root)
+        else:
+            found = fs.glob(path, detail=True)
+            listed = [_listed(name, info) for name, info in found.items() if info.get("type") == "file"]
+    elif fs.isdir(path):
+        root = path
+        if local:
+            entries = walk_local_folder(path)
+        else:
+            entries = (_listed(name, info) for name, info in _find_files(fs, path, url).items())
+        listed = [
+            entry
+            for entry in entries
+            if entry.kind == "unlisted" or entry.is_folder or entry.path.lower().endswith(extensions)
+        ]
+    elif fs.isfile(path):
+        root = posixpath.dirname(path)
+        listed = [_listed(path, fs.info(path))]
+    else:
+        raise FileNotFoundError(f"input {url} does not exist")
+    for entry in sorted(listed, key=lambda entry: entry.path):
+        yield from _source_files(entry, fs, root, url, input_index, config, archive=archive)
+
+
+def _listed(name: str, info: dict[str, Any]) -> ListedEntry:
+    size = info.get("size")
+    return ListedEntry(name, "file", size_bytes=int(size) if size is not None else None, modified_time=_modified_time(info))
+
+
+def _find_files(fs: fsspec.AbstractFileSystem, path: str, url: str) -> dict[str, dict[str, Any]]:
+    """The files below ``path``. fsspec's own walk leaves out a folder it cannot list; here such a folder
+    fails the whole listing instead (the filesystem does not say which folder it was), so that its
+    documents are never taken for deleted ones."""
+    failures: list[BaseException] = []
+    if type(fs).find is fsspec.AbstractFileSystem.find:
+        found = fs.find(path, detail=True, on_error=failures.append)
+    else:
+        found = fs.find(path, detail=True)
+    if failures:
+        error = failures[0]
+        raise OSError(f"cannot list every folder of input {url}: {type(error).__name__}: {error}")
+    return {name: info for name, info in found.items() if info.get("type") == "file"}
+
+
+def _local_glob(pattern: str, root: str) -> list[ListedEntry]:
+    """A glob over a local folder, walked as a folder input is, down to the glob's depth."""
+    matches = re.compile(glob_translate(pattern)).match
+    depth = None if "**" in pattern else len(pattern[len(root):].strip("/").split("/"))
+    if not os.path.isdir(root):
+        raise FileNotFoundError(f"input {pattern} does not exist: its folder {root} is missing")
+    listed = []
+    for entry in walk_local_folder(root, maxdepth=depth):
+        if entry.kind == "unlisted" or matches(entry.path):
+            listed.append(entry)
+        elif entry.is_folder and (depth is None or len(entry.path[len(root):].strip("/").split("/")) < depth):
+            listed.append(entry)  # a folder link the glob would have walked into
+    return listed
+
+
+def _source_files(
+    entry: ListedEntry,
+    fs: fsspec.AbstractFileSystem,
+    root: str,
+    url: str,
+    input_index: int,
+    config: InputConfig,
+    *,
+    archive: bool,
+) -> Iterator[SourceFile]:
+    """The ``SourceFile`` of one listed entry (none if the input's include/exclude patterns leave it out)."""
+    name = entry.path
+    doc_id = _safe_doc_id(name, root, archive=archive)
+    # A name that climbs out of the root is never read, but is reported under an id of its own.
+    problem = _outside_problem(name, root) if doc_id is None else None
+    doc_id = utf8_name(doc_id) if doc_id is not None else _outside_doc_id(name)
+    source_uri = utf8_name(_source_uri(fs, name, url))
+    if entry.kind == "unlisted":
+        # Left out only when an exclude pattern covers the folder: its files would be left out anyway.
+        doc_id += "/"
+        if any(fnmatch.fnmatchcase(doc_id, pattern) for pattern in config.exclude):
+            return
+        message = (
+            f"folder {source_uri} could not be listed ({entry.detail}); the documents published from it "
+            "before are kept as they were. Make it readable (or move it out of the input) and run again"
+        )
+        yield SourceFile(doc_id, source_uri, input_index, "", None, None, problem=FileProblem("match", UNLISTED_FOLDER, message))
+        return
+    if not _selected(doc_id, config):
+        return
+    if problem is None and entry.kind == "link_outside":
+        what = "folder" if entry.is_folder else "file"
+        problem = FileProblem(
+            "match",
+            "LinkOutsideInput",
+            f"{source_uri} is not read: it is a link to the {what} {utf8_name(entry.detail)!r}, outside the "
+            f"input's root {utf8_name(root)!r}; copy it into the input, or give its folder as an input of its own",
+        )
+    elif problem is None and entry.kind == "link_loop":
+        problem = FileProblem(
+            "match",
+            "LinkLoop",
+            f"{source_uri} is not followed: it is a link to {utf8_name(entry.detail)!r}, a folder it is inside, "
+            "whose files are read under their own path; leave it out with input.exclude",
+        )
+    yield SourceFile(
+        doc_id=doc_id,
+        source_uri=source_uri,
+        input_index=input_index,
+        path=name,
+        size_bytes=entry.size_bytes,
+        modified_time=entry.modified_time,
+        problem=problem,
+    )
+
+
+def _source_uri(fs: fsspec.AbstractFileSystem, path: str, input_url: str) -> str:
+    """A URL that fsspec can open: for a chained input (``zip::file:///corpus.zip``) the member is named
+    inside the chain (``zip://docs/a.md::file:///corpus.zip``)."""
+    if "::" in input_url:
+        first, rest = input_url.split("::", 1)
+        protocol = first.split("://", 1)[0]
+        return f"{protocol}://{path.lstrip('/')}::{rest}"
+    try:
+        return fs.unstrip_protocol(path)
+    except Exception:  # a filesystem that cannot say; the path is still useful
+        return path
+
+
+def list_input(url: str, input_index: int, config: InputConfig, secrets: tuple[str, ...]) -> list[SourceFile]:
+    """The files of one input, listed whole with storage retries; an input that cannot be listed is one
+    ``SourceFile`` with a ``match`` problem, never an exception."""
+    try:
+        # Listed whole before anything is used, so that a listing that fails midway is tried again from the
+        # start (a transient error would otherwise cost every document of the input).
+        return with_storage_retries(lambda: list(match_input(url, input_index, config)), url, "list", secrets=secrets)
+    except Exception as error:  # an unreachable input is an error row, never a crashed run
+        message = str(error) if isinstance(error, StorageError) else f"cannot list input {url}: {error}"
+        problem = FileProblem("match", type(error).__name__, scrub_secrets(message, secrets))
+        return [SourceFile(url, url, input_index, "", None, None, problem=problem)]
+
+
+def choose_source(doc_id: str, matches: Any) -> tuple[SourceFile, list[SourceFile]]:
+    """The file a doc_id is read from (the first input's), and the others reported as skipped duplicates."""
+    candidates = sorted(matches, key=lambda source: (source.input_index, source.source_uri))
+    chosen = candidates[0]
+    # The same file reached through two inputs (a folder and a glob over it) is one document.
+    skipped = [
+        replace(
+            other,
+            problem=FileProblem(
+                "match",
+                "DuplicateDocId",
+                f"doc_id {doc_id} is also in input {chosen.input_index + 1} "
+                f"({chosen.source_uri}), which is used instead",
+                skipped=True,
+            ),
+        )
+        for other in candidates[1:]
+        if other.source_uri != chosen.source_uri
+    ]
+    return chosen, skipped
+
+
+def read_source(
+    source: SourceFile, fs: fsspec.AbstractFileSystem, max_file_bytes: int, secrets: tuple[str, ...]
+) -> SourceFile:
+    """``source`` with its bytes, or with a ``read`` problem (too large, vanished, unreadable)."""
+    limit = max_file_bytes
+    if source.size_bytes is not None and source.size_bytes > limit:
+        return replace(source, problem=_too_large(source.size_bytes, limit))
+
+    def read() -> bytes:
+        with fs.open(source.path, "rb") as handle:
+            return handle.read(limit + 1)
+
+    try:
+        data = with_storage_retries(read, source.source_uri, "read", secrets=secrets)
+    except StorageError as error:  # a transient storage failure that lasted: the message names the file
+        return replace(source, problem=FileProblem("read", type(error).__name__, scrub_secrets(str(error), secrets)))
+    except Exception as error:  # vanished, unreadable, permission denied
+        message = scrub_secrets(f"cannot read {source.source_uri}: {error}", secrets)
+        return replace(source, problem=FileProblem("read", type(error).__name__, message))
+    if len(data) > limit:
+        return replace(source, problem=_too_large(None, limit))
+    return replace(source, data=data, size_bytes=len(data))
+
+
+def _too_large(size: int | None, limit: int) -> FileProblem:
+    size_text = f"{size:,} bytes" if size is not None else "more"
+    return FileProblem(
+        "read",
+        "FileTooLarge",
+        f"file has {size_text}, over input.max_file_bytes ({limit:,}); raise the limit to chunk it",
+    )
