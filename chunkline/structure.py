@@ -229,11 +229,6 @@ class MarkdownDocument:
         return blocks
 
     @property
-    def section_paths(self) -> list[tuple[str, ...]]:
-        """Each section's heading path: its ancestors' headings and its own, outermost first."""
-        return section_paths(self.sections)
-
-    @property
     def title(self) -> str | None:
         """The front matter's ``title`` if it has one, else the first level-1 heading, else ``None``."""
         if self.front_matter and isinstance(self.front_matter.data, dict):

@@ -210,7 +210,6 @@ class _BlocksChunker:
             byte_at = document.index.byte_offsets(bounds)
             self.sizes = {atom.start_char: byte_at[atom.end_char] - byte_at[atom.start_char] for atom in self.atoms}
             self.target_size = self.params.max_bytes
-        self.blocks = document.blocks
 
     def _size_of(self, atom: Atom) -> int:
         return self.sizes[atom.start_char]
