@@ -56,10 +56,10 @@ class Capacity:
             count = offsets.count(start, units[last][1])
         if count > max_tokens:
             return last, count
-        # The estimate can undercount by a token or two at the edges: try the units just past it exactly.
+        # The estimate can be off at the edges: try the units just past it exactly.
         while last + 1 < len(units):
             end = units[last + 1][1]
-            if offsets.estimate(start, end) > max_tokens + 2:
+            if not self.may_fit(offsets.estimate(start, end)):
                 break
             next_count = offsets.count(start, end)
             if next_count > max_tokens:

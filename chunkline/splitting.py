@@ -259,7 +259,7 @@ class _RangeSplitter:
 
     def piece_from(self, start: int) -> Piece:
         """The longest well-cut piece starting at ``start`` that fits the budget."""
-        if self.tokens.estimate(start, self.end) <= self.max_tokens + 4:
+        if self.capacity.may_fit(self.tokens.estimate(start, self.end)):
             count = self.count(start, self.end)
             if count <= self.max_tokens:
                 return Piece(start, self.end, count)

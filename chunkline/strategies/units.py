@@ -316,7 +316,7 @@ def _longest_fitting_end(offsets: TokenOffsets, start: int, length: int, max_tok
     The document's token offsets give a first guess; galloping by tokens brackets the answer between an
     end that fits and one that does not, and a binary search over the characters in between finishes."""
     count = offsets.count
-    if offsets.estimate(start, length) <= max_tokens + 2:
+    if offsets.estimate(start, length) <= max_tokens + Capacity.SLACK:
         total = count(start, length)
         if total <= max_tokens:
             return length, total
