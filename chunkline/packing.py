@@ -43,8 +43,6 @@ def pack_units(
     unit_name: str = "units",
 ) -> list[ChunkSpan]:
     """Chunk spans of consecutive ``units`` within ``max_tokens``, overlapping by ``overlap_units`` units."""
-    if not context.text:
-        return [ChunkSpan(0, 0, token_count=0)]
     capacity = context.capacity
     spans: list[ChunkSpan] = []
     first = 0

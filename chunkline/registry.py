@@ -33,9 +33,10 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
+from chunkline.record import ChunkSpan
+
 if TYPE_CHECKING:
     from chunkline.context import ChunkContext
-    from chunkline.record import ChunkSpan
     from chunkline.structure import MarkdownDocument
     from chunkline.tokenizers import TokenCounter
 
@@ -96,9 +97,9 @@ class Strategy:
 
     def run(self, context: ChunkContext) -> list[ChunkSpan]:
         """The strategy's chunk spans of the context's document."""
-        if self.chunk_in_context is not None:
-            return self.chunk_in_context(context)
-        return self.chunk(context.document, context.config, context.counter)
+        if self.chunk_in_context is None:
+            return self.chunk(context.document, context.config, context.counter)
+        return _in_context(self.chunk_in_context, context)
 
     def default_params(self) -> Any:
         """The defaults, or the example parameters for strategies with required parameters."""
@@ -141,6 +142,14 @@ def _function(strategy: Strategy) -> Callable:
     return strategy.chunk_in_context or strategy.chunk
 
 
+def _in_context(function: ContextFunction, context: ChunkContext) -> list[ChunkSpan]:
+    """The spans of a strategy written for a context: an empty document is one empty chunk, whatever the
+    strategy."""
+    if not context.text:
+        return [ChunkSpan(0, 0, token_count=0)]
+    return function(context)
+
+
 def _with_context(function: ContextFunction) -> ChunkFunction:
     """``function`` of a context as a function of the document, config and counter."""
 
@@ -148,7 +157,7 @@ def _with_context(function: ContextFunction) -> ChunkFunction:
     def chunk(document, config, counter):
         from chunkline.context import ChunkContext
 
-        return function(ChunkContext(document, config, counter))
+        return _in_context(function, ChunkContext(document, config, counter))
 
     return chunk
 

@@ -261,8 +261,6 @@ class _BlocksChunker:
 
     def chunk(self) -> list[ChunkSpan]:
         """The document's chunk spans, in order."""
-        if not self.text:
-            return [ChunkSpan(0, 0, (), False, 0)]
         spans: list[ChunkSpan] = []
         for section in _sections(self.atoms):
             for group in _pack_section(section, self._size_of, self._fits, self.target_size):

@@ -516,8 +516,6 @@ def chunk_code(context: ChunkContext) -> list[ChunkSpan]:
     """Code-aware chunks: units at function/class definitions, packed with overlap in lines."""
     params: CodeParams = context.params
     document, text = context.document, context.text
-    if not text:
-        return [ChunkSpan(0, 0, token_count=0)]
     max_tokens, offsets = context.max_tokens, context.offsets
     has_fences = any(block.kind == _FENCE for block in document.blocks)
     heading_path: tuple[str, ...] | None = None

@@ -82,8 +82,6 @@ def chunk_by_regex(context: ChunkContext) -> list[ChunkSpan]:
     """One chunk per piece between matches of a pattern; pieces over max_tokens are split."""
     params: RegexParams = context.params
     text = context.text
-    if not text:
-        return [ChunkSpan(0, 0, token_count=0)]
     pieces = units_from_cuts(match_starts(params.compiled(), text, params.timeout_seconds), len(text))
     if params.merge_small:
         return pack_units(context, pieces, 0, unit_name="pieces")

@@ -456,8 +456,6 @@ class _ScoredChunker:
 
     def chunk(self) -> list[ChunkSpan]:
         """The document's chunk spans, in order."""
-        if self.length == 0:
-            return [ChunkSpan(0, 0, None, False, 0)]
         spans: list[ChunkSpan] = []
         start = covered = 0
         while True:

@@ -96,8 +96,6 @@ def chunk_by_sections(context: ChunkContext) -> list[ChunkSpan]:
     """Sections packed whole within max_tokens; sections over it split at paragraph boundaries."""
     params: SectionsParams = context.params
     text = context.text
-    if not text:
-        return [ChunkSpan(0, 0, token_count=0)]
     if params.heading_pattern is None:
         units = [(section.start_char, section.end_char) for section in context.sections]
         return pack_units(context, units, params.overlap, unit_name="sections")

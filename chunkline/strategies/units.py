@@ -233,8 +233,6 @@ def units_between(text: str, cuts: Sequence[int]) -> list[tuple[int, int]]:
 def _pack(context: ChunkContext, cuts: Sequence[int], *, protect_blocks: bool) -> list[ChunkSpan]:
     """Pack the units between ``cuts``, fitting protected blocks kept whole when ``protect_blocks``."""
     text = context.text
-    if not text:
-        return [ChunkSpan(0, 0, token_count=0)]
     if protect_blocks:
         cuts = keep_ranges_whole(cuts, context.protected_ranges)
     params = context.params
@@ -269,8 +267,6 @@ def chunk_by_lines(context: ChunkContext) -> list[ChunkSpan]:
 @register_strategy("characters", CharactersParams, keeps_blocks_whole=False)
 def chunk_by_characters(context: ChunkContext) -> list[ChunkSpan]:
     """The longest runs of characters within max_tokens, overlapping by `overlap` characters."""
-    if not context.text:
-        return [ChunkSpan(0, 0, token_count=0)]
     return pack_characters(context.capacity, context.params.overlap)
 
 
