@@ -170,7 +170,7 @@ def register_strategy(
     keeps_blocks_whole: bool = True,
     soft_limit_kinds: frozenset[str] = frozenset(),
     example_params: Any = None,
-) -> Callable[[ChunkFunction], ChunkFunction]:
+) -> Callable[[Callable], Callable]:
     """Decorator that registers a chunk function under ``name`` with its parameter dataclass: a function of
     one :class:`~chunkline.context.ChunkContext`, or of the document, config and counter.
 
