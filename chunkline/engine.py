@@ -7,6 +7,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 
 from chunkline.config import ChunkConfig
+from chunkline.context import ChunkContext
 from chunkline.record import Chunk, ChunkSpan, chunk_uuid
 from chunkline.registry import get_strategy
 from chunkline.structure import MarkdownDocument, Section, parse_markdown, section_paths, sections_by_pattern
@@ -53,7 +54,7 @@ def chunk_document(
 
     ``replaced_bytes`` lists ``(char_offset, byte_length)`` for each U+FFFD that stands for invalid bytes
     of the file, so that byte offsets still point into the file's bytes."""
-    spans = get_strategy(config.strategy).chunk(document, config, counter)
+    spans = get_strategy(config.strategy).run(ChunkContext(document, config, counter))
     if not spans:
         spans = [ChunkSpan(0, len(document.text))]
     sections = sections_by_pattern(document, config.section_pattern) if config.section_pattern else None

@@ -15,13 +15,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from chunkline.record import ChunkSpan
-from chunkline.splitting import split_document_range
-from chunkline.structure import MarkdownDocument
-from chunkline.token_offsets import TokenOffsets
-from chunkline.tokenizers import TokenCounter
+from typing import TYPE_CHECKING
 
-__all__ = ["last_unit_within", "pack_units", "units_from_cuts"]
+from chunkline.record import ChunkSpan
+
+if TYPE_CHECKING:
+    from chunkline.context import ChunkContext
+
+__all__ = ["pack_units", "units_from_cuts"]
 
 logger = logging.getLogger(__name__)
 
@@ -35,59 +36,28 @@ def units_from_cuts(cuts: Sequence[int], length: int) -> list[tuple[int, int]]:
 
 
 def pack_units(
-    document: MarkdownDocument,
+    context: ChunkContext,
     units: Sequence[tuple[int, int]],
-    counter: TokenCounter,
-    max_tokens: int,
     overlap_units: int = 0,
     *,
     unit_name: str = "units",
-    offsets: TokenOffsets | None = None,
 ) -> list[ChunkSpan]:
     """Chunk spans of consecutive ``units`` within ``max_tokens``, overlapping by ``overlap_units`` units."""
-    text = document.text
-    if not text:
-        return [ChunkSpan(0, 0, token_count=0)]
-    if offsets is None:
-        offsets = TokenOffsets(text, 0, len(text), counter)
+    capacity = context.capacity
     spans: list[ChunkSpan] = []
     first = 0
     previous_last = -1  # index of the last unit already emitted
     repeated_units = emitted_units = 0
     while first < len(units):
         start = units[first][0]
-        last = last_unit_within(offsets, units, first, start, max_tokens)
-        count = offsets.count(start, units[last][1])
-        while count > max_tokens and last > first:
-            last -= 1
-            count = offsets.count(start, units[last][1])
-        # The estimate can undercount by a token or two at the edges: try the units just past it exactly.
-        while count <= max_tokens and last + 1 < len(units):
-            end = units[last + 1][1]
-            if offsets.estimate(start, end) > max_tokens + 2:
-                break
-            next_count = offsets.count(start, end)
-            if next_count > max_tokens:
-                break
-            last += 1
-            count = next_count
+        last, count = capacity.last_fitting(units, first, start)
         if last <= previous_last and first <= previous_last:
             # The repeated units leave no room for a new one: repeat fewer, down to none.
             first += max(1, (previous_last + 1 - first) // 2)
             continue
-        if count > max_tokens:
+        if count > capacity.max_tokens:
             # One unit alone is over the budget: split it at its own best boundaries.
-            unit_start, unit_end = units[first]
-            pieces = split_document_range(
-                document,
-                unit_start,
-                unit_end,
-                counter,
-                max_tokens,
-                0,
-                offsets,
-            )
-            spans.extend(ChunkSpan(p.start_char, p.end_char, None, True, p.token_count) for p in pieces)
+            spans.extend(context.split(*units[first]))
             last = first
         else:
             spans.append(ChunkSpan(start, units[last][1], None, False, count))
@@ -113,18 +83,3 @@ def pack_units(
 
 
 _warned: set[tuple[str, int]] = set()
-
-
-def last_unit_within(
-    offsets: TokenOffsets, units: Sequence[tuple[int, int]], first: int, start: int, max_tokens: int
-) -> int:
-    """The last unit index whose end keeps the estimated count from ``start`` within ``max_tokens``
-    (``first`` at least): a binary search, as the estimate grows with the end."""
-    low, high = first, len(units) - 1
-    while low < high:
-        middle = (low + high + 1) // 2
-        if offsets.estimate(start, units[middle][1]) <= max_tokens:
-            low = middle
-        else:
-            high = middle - 1
-    return low

@@ -1,7 +1,10 @@
 """The open registry of chunking strategies.
 
-A strategy is a function ``(document, config, counter) -> list[ChunkSpan]`` with a frozen dataclass of its
-own parameters. Register one in code::
+A strategy is a function ``(context) -> list[ChunkSpan]`` with a frozen dataclass of its own parameters;
+the :class:`~chunkline.context.ChunkContext` holds the document, the config, the tokenizer and what is
+prepared from them once (token offsets, the token budget's :class:`~chunkline.capacity.Capacity`, the
+protected blocks that fit). A function ``(document, config, counter)`` is a strategy too. Register one in
+code::
 
     from dataclasses import dataclass
     from chunkline import register_strategy
@@ -11,7 +14,7 @@ own parameters. Register one in code::
         keep_headings: bool = True
 
     @register_strategy("my-paragraphs", ParagraphParams, description="One chunk per paragraph.")
-    def paragraphs(document, config, counter):
+    def paragraphs(context):
         ...
 
 or from a package, through the entry-point group ``chunkline.strategies`` whose entries point at a
@@ -22,14 +25,18 @@ second registration of a name is refused. Entry points are loaded the first time
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
+from chunkline.record import ChunkSpan
+
 if TYPE_CHECKING:
-    from chunkline.record import ChunkSpan
+    from chunkline.context import ChunkContext
     from chunkline.structure import MarkdownDocument
     from chunkline.tokenizers import TokenCounter
 
@@ -54,6 +61,7 @@ class _Required:
 REQUIRED = _Required()
 
 ChunkFunction = Callable[["MarkdownDocument", Any, "TokenCounter"], "list[ChunkSpan]"]
+ContextFunction = Callable[["ChunkContext"], "list[ChunkSpan]"]
 
 
 class StrategyError(ValueError):
@@ -83,6 +91,15 @@ class Strategy:
     promises never to split (PRODUCT invariant 2's documented soft bound)."""
     example_params: Any = None
     """Parameters that make a working example when the defaults cannot (a required pattern, say)."""
+    chunk_in_context: ContextFunction | None = None
+    """The strategy as a function of the document's :class:`~chunkline.context.ChunkContext`, when it is
+    written so (``chunk`` then builds the context itself)."""
+
+    def run(self, context: ChunkContext) -> list[ChunkSpan]:
+        """The strategy's chunk spans of the context's document."""
+        if self.chunk_in_context is None:
+            return self.chunk(context.document, context.config, context.counter)
+        return _in_context(self.chunk_in_context, context)
 
     def default_params(self) -> Any:
         """The defaults, or the example parameters for strategies with required parameters."""
@@ -112,13 +129,37 @@ def _add(strategy: Strategy) -> Strategy:
         raise StrategyError(f"strategy {strategy.name!r}: params_type must be a dataclass")
     with _lock:
         existing = _registry.get(strategy.name)
-        if existing is not None and existing.chunk is not strategy.chunk:
+        if existing is not None and _function(existing) is not _function(strategy):
             raise StrategyError(
                 f"a strategy named {strategy.name!r} is already registered "
                 f"({existing.chunk.__module__}.{existing.chunk.__qualname__}); choose another name"
             )
         _registry[strategy.name] = strategy
     return strategy
+
+
+def _function(strategy: Strategy) -> Callable:
+    return strategy.chunk_in_context or strategy.chunk
+
+
+def _in_context(function: ContextFunction, context: ChunkContext) -> list[ChunkSpan]:
+    """The spans of a strategy written for a context: an empty document is one empty chunk, whatever the
+    strategy."""
+    if not context.text:
+        return [ChunkSpan(0, 0, token_count=0)]
+    return function(context)
+
+
+def _with_context(function: ContextFunction) -> ChunkFunction:
+    """``function`` of a context as a function of the document, config and counter."""
+
+    @functools.wraps(function)
+    def chunk(document, config, counter):
+        from chunkline.context import ChunkContext
+
+        return _in_context(function, ChunkContext(document, config, counter))
+
+    return chunk
 
 
 def register_strategy(
@@ -129,22 +170,25 @@ def register_strategy(
     keeps_blocks_whole: bool = True,
     soft_limit_kinds: frozenset[str] = frozenset(),
     example_params: Any = None,
-) -> Callable[[ChunkFunction], ChunkFunction]:
-    """Decorator that registers a chunk function under ``name`` with its parameter dataclass.
+) -> Callable[[Callable], Callable]:
+    """Decorator that registers a chunk function under ``name`` with its parameter dataclass: a function of
+    one :class:`~chunkline.context.ChunkContext`, or of the document, config and counter.
 
     The keyword arguments describe the strategy's guarantees (see :class:`Strategy`); the contract tests
     hold every registered strategy to them."""
 
-    def decorate(function: ChunkFunction) -> ChunkFunction:
+    def decorate(function: Callable) -> Callable:
+        takes_context = len(inspect.signature(function).parameters) == 1
         _add(
             Strategy(
                 name,
                 params_type,
-                function,
+                _with_context(function) if takes_context else function,
                 description or (function.__doc__ or "").strip(),
                 keeps_blocks_whole,
                 frozenset(soft_limit_kinds),
                 example_params,
+                function if takes_context else None,
             )
         )
         return function

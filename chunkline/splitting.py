@@ -26,6 +26,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from chunkline.capacity import Capacity
 from chunkline.structure import PROTECTED_KINDS, Block, MarkdownDocument
 from chunkline.text_index import TextIndex
 from chunkline.token_offsets import TokenOffsets
@@ -63,8 +64,6 @@ _SENTENCE_LOOKBACK = 16
 _WHITESPACE_RUN = re.compile(r"\s+")
 # Fraction of the budget a piece must reach before the splitter prefers a weaker boundary to fill it.
 _MIN_FILL = 0.5
-# How far a range's own tokenization can be off from a slice's, in tokens (pieces differ only at the edges).
-_ESTIMATE_SLACK = 8
 # Characters before a limit that the first backward look for a boundary covers.
 _FIRST_WINDOW = 64
 
@@ -73,28 +72,33 @@ _WHOLE_WORD_LEVELS = tuple(level for level in BoundaryLevel if level >= Boundary
 _SORTED_LEVELS = frozenset({BoundaryLevel.BLOCK, BoundaryLevel.LINE, BoundaryLevel.TOKEN})
 
 
+@dataclass(frozen=True, slots=True)
+class _SplitRequest:
+    """``text[start:end]`` to split into pieces of at most ``max_tokens`` tokens sharing up to
+    ``overlap_tokens``: ``blocks`` are the blocks inside the range, ``offsets`` token offsets of a range
+    that holds it."""
+
+    text: str
+    index: TextIndex
+    start: int
+    end: int
+    blocks: Sequence[Block]
+    offsets: TokenOffsets
+    max_tokens: int
+    overlap_tokens: int
+
+
 class _RangeSplitter:
-    def __init__(
-        self,
-        text: str,
-        index: TextIndex,
-        start: int,
-        end: int,
-        blocks: Sequence[Block],
-        counter: TokenCounter,
-        max_tokens: int,
-        overlap_tokens: int,
-        offsets: TokenOffsets,
-    ):
-        """``blocks`` are the blocks inside [start, end)."""
-        self.text = text
-        self.index = index
-        self.start = start
-        self.end = end
-        self.counter = counter
-        self.max_tokens = max_tokens
-        self.overlap_tokens = overlap_tokens
-        self.tokens = offsets
+    def __init__(self, request: _SplitRequest):
+        self.text = request.text
+        self.index = request.index
+        self.start = start = request.start
+        self.end = end = request.end
+        self.max_tokens = request.max_tokens
+        self.overlap_tokens = request.overlap_tokens
+        self.tokens = request.offsets
+        self.capacity = Capacity(request.offsets, request.max_tokens)
+        blocks = request.blocks
         fitting = self._fitting_protected_blocks(blocks)
         # A fitting block's content end (before its trailing line break) is a cut too: a block of exactly
         # max_tokens tokens fits there, though not with its line break.
@@ -114,15 +118,13 @@ class _RangeSplitter:
             if block.kind not in PROTECTED_KINDS:
                 continue
             estimate = self.tokens.estimate(block.start_char, block.end_char)
-            if estimate > self.max_tokens + _ESTIMATE_SLACK:
+            if not self.capacity.may_fit(estimate):
                 continue
             content_end = block.start_char + len(text[block.start_char : block.end_char].rstrip())
             if content_end - block.start_char < 2:
                 continue
             # Far from the limit the estimate decides; near it, the block's own exact count does.
-            if estimate <= self.max_tokens - _ESTIMATE_SLACK or (
-                self.tokens.count(block.start_char, content_end) <= self.max_tokens
-            ):
+            if self.capacity.surely_fits(estimate) or self.capacity.within(block.start_char, content_end):
                 fitting.append((block.start_char, content_end))
         return fitting
 
@@ -257,7 +259,7 @@ class _RangeSplitter:
 
     def piece_from(self, start: int) -> Piece:
         """The longest well-cut piece starting at ``start`` that fits the budget."""
-        if self.tokens.estimate(start, self.end) <= self.max_tokens + 4:
+        if self.capacity.may_fit(self.tokens.estimate(start, self.end)):
             count = self.count(start, self.end)
             if count <= self.max_tokens:
                 return Piece(start, self.end, count)
@@ -343,8 +345,7 @@ def split_at_boundaries(
         return [Piece(start, end, 0)]
     if offsets is None or not offsets.start <= start <= end <= offsets.end:
         offsets = TokenOffsets(text, start, end, counter)
-    splitter = _RangeSplitter(text, index, start, end, blocks, counter, max_tokens, overlap_tokens, offsets)
-    return splitter.split()
+    return _RangeSplitter(_SplitRequest(text, index, start, end, blocks, offsets, max_tokens, overlap_tokens)).split()
 
 
 def split_document_range(

@@ -44,6 +44,7 @@ __all__ = [
     "Block",
     "BlockKind",
     "FrontMatter",
+    "HeadingStack",
     "MAX_CONTAINER_DEPTH",
     "MarkdownDocument",
     "Section",
@@ -227,11 +228,6 @@ class MarkdownDocument:
             else:
                 blocks.append(Block(kind, block_start, block_end, token.level))
         return blocks
-
-    @property
-    def section_paths(self) -> list[tuple[str, ...]]:
-        """Each section's heading path: its ancestors' headings and its own, outermost first."""
-        return section_paths(self.sections)
 
     @property
     def title(self) -> str | None:
@@ -498,6 +494,24 @@ def sections_by_pattern(
         heading = " ".join((match.group(2) or "").split())
         headings.append((line_start, indicator_level(match.group(1) or ""), heading))
     return sections_from_headings(text, headings)
+
+
+class HeadingStack:
+    """The open headings as a document is read: a heading closes every open heading of the same or a
+    deeper level."""
+
+    __slots__ = ("_open",)
+
+    def __init__(self) -> None:
+        self._open: list[tuple[int, str]] = []
+
+    def enter(self, level: int, title: str) -> tuple[str, ...]:
+        """The heading path of a heading of ``level`` titled ``title``, read next."""
+        stack = self._open
+        while stack and stack[-1][0] >= level:
+            stack.pop()
+        stack.append((level, title))
+        return tuple(open_title for _, open_title in stack)
 
 
 def section_paths(sections: tuple[Section, ...]) -> list[tuple[str, ...]]:

@@ -151,10 +151,6 @@ class TokenOffsets:
                 self._aligned_list = self._end_chars[self._aligned].tolist()
         return self._aligned_list
 
-    @property
-    def token_total(self) -> int:
-        return len(self._end_chars)
-
     def estimate(self, start: int, end: int) -> int:
         """Approximate token count of ``text[start:end]`` (tokens of the range that overlap the slice)."""
         if end <= start:

@@ -40,13 +40,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
+from chunkline.context import ChunkContext
 from chunkline.record import ChunkSpan
 from chunkline.registry import register_strategy
 from chunkline.settings import check_whole_number
-from chunkline.splitting import split_document_range
-from chunkline.structure import Block, BlockKind, MarkdownDocument
-from chunkline.token_offsets import TokenOffsets
-from chunkline.tokenizers import TokenCounter
+from chunkline.structure import Block, BlockKind, HeadingStack, MarkdownDocument
 
 __all__ = [
     "SOFT_LIMIT_KINDS",
@@ -62,8 +60,6 @@ __all__ = [
 SOFT_LIMIT_KINDS = frozenset({BlockKind.FENCE, BlockKind.CODE_BLOCK})
 
 _LIST_KINDS = frozenset({BlockKind.BULLET_LIST, BlockKind.ORDERED_LIST})
-# How far an estimated token count may be off an exact one at a slice's edges.
-_ESTIMATE_SLACK_TOKENS = 8
 
 
 @dataclass(frozen=True)
@@ -145,14 +141,11 @@ class _Section(NamedTuple):
 def _sections(atoms: Sequence[Atom]) -> list[_Section]:
     """Atoms grouped under their document-level headings, with each heading's path."""
     sections: list[_Section] = [_Section(None, [], ())]
-    stack: list[tuple[int, str]] = []
+    stack = HeadingStack()
     for atom in atoms:
         if atom.kind == BlockKind.HEADING:
             block = atom.block
-            while stack and stack[-1][0] >= block.heading_level:
-                stack.pop()
-            stack.append((block.heading_level, block.heading_text))
-            sections.append(_Section(atom, [], tuple(title for _, title in stack)))
+            sections.append(_Section(atom, [], stack.enter(block.heading_level, block.heading_text)))
         else:
             sections[-1].content.append(atom)
     return [section for section in sections if section.heading is not None or section.content]
@@ -193,13 +186,13 @@ def _pack_section(
 class _BlocksChunker:
     """One document's atoms, sizes and token offsets, and the packing and limit checks over them."""
 
-    def __init__(self, document: MarkdownDocument, config, counter: TokenCounter):
-        self.params: BlocksParams = config.params
-        self.document = document
-        self.text = document.text
-        self.counter = counter
-        self.max_tokens: int = config.max_tokens
-        self.offsets = TokenOffsets(self.text, 0, len(self.text), counter)
+    def __init__(self, context: ChunkContext):
+        document = context.document
+        self.context = context
+        self.params: BlocksParams = context.params
+        self.text = context.text
+        self.max_tokens = context.max_tokens
+        self.offsets = context.offsets
         self.atoms = atomic_blocks(document)
         bounds = [atom.start_char for atom in self.atoms] + [len(self.text)]
         if self.params.target == "tokens":
@@ -210,7 +203,6 @@ class _BlocksChunker:
             byte_at = document.index.byte_offsets(bounds)
             self.sizes = {atom.start_char: byte_at[atom.end_char] - byte_at[atom.start_char] for atom in self.atoms}
             self.target_size = self.params.max_bytes
-        self.blocks = document.blocks
 
     def _size_of(self, atom: Atom) -> int:
         return self.sizes[atom.start_char]
@@ -219,11 +211,10 @@ class _BlocksChunker:
         """Whether ``[start, end)`` of summed size ``size`` is within the target (exact near a token target)."""
         if self.params.target == "bytes":
             return size <= self.target_size
-        if size > self.max_tokens + _ESTIMATE_SLACK_TOKENS:
+        capacity = self.context.capacity
+        if not capacity.may_fit(size):
             return False
-        if size <= self.max_tokens - _ESTIMATE_SLACK_TOKENS:
-            return True
-        return self.offsets.count(start, end) <= self.max_tokens
+        return capacity.surely_fits(size) or capacity.within(start, end)
 
     def _kept_code_count(self, atom: Atom) -> int | None:
         """The token count of a code atom over ``max_tokens`` that ``never_split_code`` keeps whole, else
@@ -266,21 +257,10 @@ class _BlocksChunker:
         count = self.offsets.count(start, end)
         if count <= self.max_tokens:
             return [ChunkSpan(start, end, path, False, count)]
-        pieces = split_document_range(
-            self.document,
-            start,
-            end,
-            self.counter,
-            self.max_tokens,
-            0,
-            self.offsets,
-        )
-        return [ChunkSpan(piece.start_char, piece.end_char, path, True, piece.token_count) for piece in pieces]
+        return self.context.split(start, end, path)
 
     def chunk(self) -> list[ChunkSpan]:
         """The document's chunk spans, in order."""
-        if not self.text:
-            return [ChunkSpan(0, 0, (), False, 0)]
         spans: list[ChunkSpan] = []
         for section in _sections(self.atoms):
             for group in _pack_section(section, self._size_of, self._fits, self.target_size):
@@ -292,9 +272,9 @@ class _BlocksChunker:
 
 
 @register_strategy("blocks", BlocksParams, soft_limit_kinds=SOFT_LIMIT_KINDS)
-def chunk_blocks(document: MarkdownDocument, config, counter: TokenCounter) -> list[ChunkSpan]:
+def chunk_blocks(context: ChunkContext) -> list[ChunkSpan]:
     """Whole blocks (paragraphs, code, list items, tables) packed to a soft size; a chunk per heading.
 
     The size target is ``max_bytes`` UTF-8 bytes or ``max_tokens`` tokens; code blocks are never split and
     every byte is in exactly one chunk (seed 001)."""
-    return _BlocksChunker(document, config, counter).chunk()
+    return _BlocksChunker(context).chunk()

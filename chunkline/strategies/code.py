@@ -53,22 +53,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
-from chunkline.packing import last_unit_within
+from chunkline.capacity import Capacity
+from chunkline.context import ChunkContext
+from chunkline.protected import after_blank_lines, keep_ranges_whole, merge_ranges
 from chunkline.record import ChunkSpan
 from chunkline.registry import register_strategy
-from chunkline.splitting import split_document_range
-from chunkline.strategies.units import (
-    after_blank_lines,
-    check_overlap,
-    fitting_protected_ranges,
-    keep_ranges_whole,
-    merge_ranges,
-    paragraph_cuts,
-    units_between,
-)
-from chunkline.structure import PROTECTED_KINDS, BlockKind, MarkdownDocument
+from chunkline.strategies.units import check_overlap, paragraph_cuts, units_between
+from chunkline.structure import BlockKind, MarkdownDocument
 from chunkline.token_offsets import TokenOffsets
-from chunkline.tokenizers import TokenCounter
 
 __all__ = ["CodeParams", "code_cuts", "guess_language", "language_of_info"]
 
@@ -237,8 +229,6 @@ class Line(NamedTuple):
 
 
 _INDENTATION = re.compile(r"[ \t]*")
-# How far the document's tokenization can be off from a slice's exact count (as in chunkline.splitting).
-_ESTIMATE_SLACK = 8
 # Characters of a line the definition patterns look at (a signature starts well within them; the bound
 # keeps a very long line from costing more than that).
 _LINE_WINDOW = 1000
@@ -424,8 +414,7 @@ def _fence_body(document: MarkdownDocument, start: int, end: int) -> tuple[int, 
 def _expand_oversized(
     document: MarkdownDocument,
     units: list[tuple[int, int]],
-    offsets: TokenOffsets,
-    max_tokens: int,
+    capacity: Capacity,
     protected: list[tuple[int, int]],
 ) -> tuple[list[tuple[int, int]], list[bool]]:
     """``units`` with each one over ``max_tokens`` replaced by its lines (protected ranges kept whole);
@@ -433,10 +422,10 @@ def _expand_oversized(
     line_starts = document.index.line_starts
     expanded: list[tuple[int, int]] = []
     flags: list[bool] = []
+    offsets, max_tokens = capacity.offsets, capacity.max_tokens
     for start, end in units:
         estimate = offsets.estimate(start, end)
-        near_limit = estimate <= max_tokens + _ESTIMATE_SLACK
-        if estimate <= max_tokens or (near_limit and offsets.count(start, end) <= max_tokens):
+        if estimate <= max_tokens or (capacity.may_fit(estimate) and capacity.within(start, end)):
             expanded.append((start, end))
             flags.append(False)
             continue
@@ -455,12 +444,10 @@ class _LinePacker:
     """Packs units into chunks within the budget, each chunk starting ``overlap_lines`` lines before the
     previous chunk's end (fewer when that would not fit; never at or before the previous start)."""
 
-    def __init__(self, document: MarkdownDocument, counter: TokenCounter, offsets: TokenOffsets, max_tokens: int):
-        self.document = document
-        self.counter = counter
-        self.offsets = offsets
-        self.max_tokens = max_tokens
-        self.line_starts = document.index.line_starts
+    def __init__(self, context: ChunkContext):
+        self.context = context
+        self.capacity = context.capacity
+        self.line_starts = context.document.index.line_starts
 
     def pack(
         self,
@@ -479,7 +466,7 @@ class _LinePacker:
                 if found is not None:
                     break
             if found is None:
-                spans.extend(self._split_unit(*units[first], heading_path))
+                spans.extend(self.context.split(*units[first], heading_path))
                 first += 1
                 continue
             last, token_count = found
@@ -505,34 +492,8 @@ class _LinePacker:
     def _last_fitting(self, units: Sequence[tuple[int, int]], first: int, start: int) -> tuple[int, int] | None:
         """(last unit, exact count) of the longest run of units from ``first`` that fits when the chunk
         begins at ``start``; ``None`` when even ``units[first]`` does not."""
-        offsets, max_tokens = self.offsets, self.max_tokens
-        last = last_unit_within(offsets, units, first, start, max_tokens)
-        count = offsets.count(start, units[last][1])
-        while count > max_tokens and last > first:
-            last -= 1
-            count = offsets.count(start, units[last][1])
-        if count > max_tokens:
-            return None
-        while last + 1 < len(units) and offsets.estimate(start, units[last + 1][1]) <= max_tokens + 2:
-            next_count = offsets.count(start, units[last + 1][1])
-            if next_count > max_tokens:
-                break
-            last, count = last + 1, next_count
-        return last, count
-
-    def _split_unit(self, start: int, end: int, heading_path: tuple[str, ...] | None) -> list[ChunkSpan]:
-        """One unit over the budget on its own (a line longer than a chunk), split at its best boundaries."""
-        document = self.document
-        pieces = split_document_range(
-                document,
-                start,
-                end,
-                self.counter,
-            self.max_tokens,
-            0,
-            self.offsets,
-        )
-        return [ChunkSpan(piece.start_char, piece.end_char, heading_path, True, piece.token_count) for piece in pieces]
+        last, count = self.capacity.last_fitting(units, first, start)
+        return None if count > self.capacity.max_tokens else (last, count)
 
 
 def _warn_if_overlap_is_large(spans: Sequence[ChunkSpan], overlap_lines: int) -> None:
@@ -551,17 +512,13 @@ def _warn_if_overlap_is_large(spans: Sequence[ChunkSpan], overlap_lines: int) ->
 
 
 @register_strategy("code", CodeParams)
-def chunk_code(document: MarkdownDocument, config, counter: TokenCounter) -> list[ChunkSpan]:
+def chunk_code(context: ChunkContext) -> list[ChunkSpan]:
     """Code-aware chunks: units at function/class definitions, packed with overlap in lines."""
-    params: CodeParams = config.params
-    text = document.text
-    if not text:
-        return [ChunkSpan(0, 0, token_count=0)]
-    max_tokens = config.max_tokens
-    offsets = TokenOffsets(text, 0, len(text), counter)
+    params: CodeParams = context.params
+    document, text = context.document, context.text
+    max_tokens, offsets = context.max_tokens, context.offsets
     has_fences = any(block.kind == _FENCE for block in document.blocks)
     heading_path: tuple[str, ...] | None = None
-    protected_kinds = PROTECTED_KINDS
     if has_fences:
         cuts = markdown_cuts(document, params.language, offsets, max_tokens)
     else:
@@ -570,10 +527,10 @@ def chunk_code(document: MarkdownDocument, config, counter: TokenCounter) -> lis
         if language != "generic":
             # Source code, not markdown: its comments are no headings, its indented bodies no code blocks,
             # its "*" comment lines no list items.
-            heading_path, protected_kinds = (), frozenset()
-    protected = fitting_protected_ranges(document, offsets, max_tokens, protected_kinds)
+            heading_path = ()
+    protected = context.protected_ranges if heading_path is None else []
     cuts = keep_ranges_whole(cuts, protected)
-    units, sub_split = _expand_oversized(document, units_between(text, cuts), offsets, max_tokens, protected)
-    spans = _LinePacker(document, counter, offsets, max_tokens).pack(units, sub_split, params.overlap, heading_path)
+    units, sub_split = _expand_oversized(document, units_between(text, cuts), context.capacity, protected)
+    spans = _LinePacker(context).pack(units, sub_split, params.overlap, heading_path)
     _warn_if_overlap_is_large(spans, params.overlap)
     return spans

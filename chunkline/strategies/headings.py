@@ -21,12 +21,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from chunkline.context import ChunkContext
 from chunkline.record import ChunkSpan
 from chunkline.registry import register_strategy
-from chunkline.splitting import split_document_range, split_token_windows
-from chunkline.structure import MarkdownDocument
-from chunkline.token_offsets import TokenOffsets
-from chunkline.tokenizers import TokenCounter
+from chunkline.splitting import split_token_windows
+from chunkline.structure import HeadingStack
 
 
 @dataclass(frozen=True)
@@ -55,13 +54,13 @@ class HeadingsParams:
 
 
 @register_strategy("headings", HeadingsParams)
-def chunk_by_headings(document: MarkdownDocument, config, counter: TokenCounter) -> list[ChunkSpan]:
+def chunk_by_headings(context: ChunkContext) -> list[ChunkSpan]:
     """Split at headings (levels min..max) with a heading path; sections over max_tokens are sub-split."""
-    params: HeadingsParams = config.params
-    text = document.text
+    params: HeadingsParams = context.params
+    text = context.text
     splitting = [
         heading
-        for heading in document.headings
+        for heading in context.document.headings
         if params.min_heading_level <= heading.heading_level <= params.max_heading_level
     ]
     # (start, end, heading path) of each section.
@@ -71,35 +70,22 @@ def chunk_by_headings(document: MarkdownDocument, config, counter: TokenCounter)
         sections.append((0, starts[0] if starts else len(text), ()))
     elif starts:
         starts[0] = 0
-    stack: list[tuple[int, str]] = []
+    stack = HeadingStack()
     for number, heading in enumerate(splitting):
-        while stack and stack[-1][0] >= heading.heading_level:
-            stack.pop()
-        stack.append((heading.heading_level, heading.heading_text))
         end = starts[number + 1] if number + 1 < len(starts) else len(text)
-        sections.append((starts[number], end, tuple(title for _, title in stack)))
+        sections.append((starts[number], end, stack.enter(heading.heading_level, heading.heading_text)))
 
     # One encoding of the whole document; sections cut at clean line starts are counted from it exactly.
-    offsets = TokenOffsets(text, 0, len(text), counter)
+    offsets = context.offsets
+    max_tokens, overlap_tokens = context.max_tokens, context.overlap_tokens
     counts = offsets.counts_between([start for start, _, _ in sections] + [len(text)])
     spans: list[ChunkSpan] = []
     for (start, end, path), token_count in zip(sections, counts):
-        if token_count <= config.max_tokens:
+        if token_count <= max_tokens:
             spans.append(ChunkSpan(start, end, path, False, token_count))
-            continue
-        if params.sub_split == "window":
-            pieces = split_token_windows(
-                text, start, end, counter, config.max_tokens, config.overlap_tokens, offsets
-            )
+        elif params.sub_split == "window":
+            pieces = split_token_windows(text, start, end, context.counter, max_tokens, overlap_tokens, offsets)
+            spans.extend(ChunkSpan(p.start_char, p.end_char, path, True, p.token_count) for p in pieces)
         else:
-            pieces = split_document_range(
-                document,
-                start,
-                end,
-                counter,
-                config.max_tokens,
-                config.overlap_tokens,
-                offsets,
-            )
-        spans.extend(ChunkSpan(piece.start_char, piece.end_char, path, True, piece.token_count) for piece in pieces)
+            spans.extend(context.split(start, end, path, overlap_tokens))
     return spans

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import regex
 
+from chunkline.context import ChunkContext
 from chunkline.packing import pack_units, units_from_cuts
 from chunkline.patterns import (
     DEFAULT_TIMEOUT_SECONDS,
@@ -38,10 +39,6 @@ from chunkline.patterns import (
 )
 from chunkline.record import ChunkSpan
 from chunkline.registry import register_strategy
-from chunkline.splitting import split_document_range
-from chunkline.structure import MarkdownDocument
-from chunkline.token_offsets import TokenOffsets
-from chunkline.tokenizers import TokenCounter
 
 __all__ = ["RegexParams", "RegexTimeoutError", "compile_pattern", "match_starts"]
 
@@ -81,30 +78,18 @@ class RegexParams:
     keeps_blocks_whole=False,  # the user's pattern decides where chunks start, even inside a table
     example_params=RegexParams(pattern=r"^#{1,6} "),
 )
-def chunk_by_regex(document: MarkdownDocument, config, counter: TokenCounter) -> list[ChunkSpan]:
+def chunk_by_regex(context: ChunkContext) -> list[ChunkSpan]:
     """One chunk per piece between matches of a pattern; pieces over max_tokens are split."""
-    params: RegexParams = config.params
-    text = document.text
-    if not text:
-        return [ChunkSpan(0, 0, token_count=0)]
+    params: RegexParams = context.params
+    text = context.text
     pieces = units_from_cuts(match_starts(params.compiled(), text, params.timeout_seconds), len(text))
-    offsets = TokenOffsets(text, 0, len(text), counter)
     if params.merge_small:
-        return pack_units(document, pieces, counter, config.max_tokens, 0, unit_name="pieces", offsets=offsets)
-    counts = offsets.counts_between([start for start, _ in pieces] + [len(text)])
+        return pack_units(context, pieces, 0, unit_name="pieces")
+    counts = context.offsets.counts_between([start for start, _ in pieces] + [len(text)])
     spans: list[ChunkSpan] = []
     for (start, end), token_count in zip(pieces, counts):
-        if token_count <= config.max_tokens:
+        if token_count <= context.max_tokens:
             spans.append(ChunkSpan(start, end, None, False, token_count))
-            continue
-        parts = split_document_range(
-                document,
-                start,
-                end,
-                counter,
-            config.max_tokens,
-            config.overlap_tokens,
-            offsets,
-        )
-        spans.extend(ChunkSpan(part.start_char, part.end_char, None, True, part.token_count) for part in parts)
+        else:
+            spans.extend(context.split(start, end, None, context.overlap_tokens))
     return spans

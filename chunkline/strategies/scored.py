@@ -73,13 +73,12 @@ from typing import Literal
 
 import numpy as np
 
+from chunkline.capacity import Capacity
+from chunkline.context import ChunkContext
 from chunkline.record import ChunkSpan
 from chunkline.registry import register_strategy
 from chunkline.settings import check_whole_number
-from chunkline.splitting import split_document_range
 from chunkline.structure import PROTECTED_KINDS, Block, BlockKind, MarkdownDocument
-from chunkline.token_offsets import TokenOffsets
-from chunkline.tokenizers import TokenCounter
 
 __all__ = [
     "BLANK_LINE_SCORE",
@@ -115,8 +114,6 @@ _LEADING_BLANK_RUN = re.compile(r"(?:[ \t]*(?:\r\n|\r|\n))+")
 _WORD_START = re.compile(r"(?<=\s)(?=\S)")
 # Characters before a limit that the first backward look for a word start covers.
 _WORD_WINDOW_CHARS = 64
-# How far an estimated token count may be off an exact one at a slice's edges.
-_ESTIMATE_SLACK_TOKENS = 8
 
 
 @dataclass(frozen=True)
@@ -265,20 +262,20 @@ def scan_break_points(
 class _ScoredChunker:
     """One document's break points, protected blocks and token offsets, and the chunking loop over them."""
 
-    def __init__(self, document: MarkdownDocument, config, counter: TokenCounter):
-        self.params: ScoredParams = config.params
-        self.document = document
-        self.text = document.text
+    def __init__(self, context: ChunkContext):
+        self.context = context
+        self.params: ScoredParams = context.params
+        self.document = context.document
+        self.text = context.text
         self.length = len(self.text)
-        self.counter = counter
-        self.max_tokens: int = config.max_tokens
-        self.overlap_tokens: int = config.overlap_tokens
+        self.max_tokens = context.max_tokens
+        self.overlap_tokens = context.overlap_tokens
         self.by_tokens = self.params.mode == "tokens"
-        self.offsets = TokenOffsets(self.text, 0, self.length, counter)
-        self.blocks = document.blocks
+        self.offsets = context.offsets
+        self.blocks = self.document.blocks
         self.protected_starts, self.protected_ends = self._protected_ranges()
         self.positions, self.scores = scan_break_points(
-            document, (self.protected_starts, self.protected_ends), self.blocks
+            self.document, (self.protected_starts, self.protected_ends), self.blocks
         )
 
     # -- structure -------------------------------------------------------------------------------
@@ -287,12 +284,7 @@ class _ScoredChunker:
         """Whether ``text[start:end]`` fits in one chunk of this mode."""
         if not self.by_tokens:
             return end - start <= self.params.max_chars
-        estimate = self.offsets.estimate(start, end)
-        if estimate > self.max_tokens + _ESTIMATE_SLACK_TOKENS:
-            return False
-        if estimate <= self.max_tokens - _ESTIMATE_SLACK_TOKENS:
-            return True
-        return self.offsets.count(start, end) <= self.max_tokens
+        return self.context.capacity.fits(start, end)
 
     def _protected_ranges(self) -> tuple[list[int], list[int]]:
         """(starts, content ends) of the protected blocks whose content (trailing whitespace excluded) fits
@@ -398,7 +390,7 @@ class _ScoredChunker:
         before the token target, stepping back to the next best one until the exact count fits."""
         offsets = self.offsets
         max_tokens = self.max_tokens
-        if offsets.estimate(start, self.length) <= max_tokens + _ESTIMATE_SLACK_TOKENS:
+        if self.context.capacity.may_fit(offsets.estimate(start, self.length)):
             count = offsets.count(start, self.length)
             if count <= max_tokens:
                 return self.length, count
@@ -421,17 +413,9 @@ class _ScoredChunker:
 
     def _split_first_piece(self, start: int, target: int) -> tuple[int, int]:
         """The first piece the boundary splitter makes from ``start``: it always fits the limit."""
-        reach_tokens = 2 * self.max_tokens + _ESTIMATE_SLACK_TOKENS
+        reach_tokens = 2 * self.max_tokens + Capacity.SLACK
         end = max(min(self.offsets.char_after_tokens(start, reach_tokens), self.length), target)
-        piece = split_document_range(
-            self.document,
-            start,
-            end,
-            self.counter,
-            self.max_tokens,
-            0,
-            self.offsets,
-        )[0]
+        piece = self.context.split(start, end)[0]
         return piece.end_char, piece.token_count
 
     def _cut_after(self, start: int) -> tuple[int, int]:
@@ -468,25 +452,10 @@ class _ScoredChunker:
         end within the text already ``covered`` by earlier chunks (all overlap) are left out."""
         if count <= self.max_tokens:
             return [ChunkSpan(start, cut, None, False, count)]
-        pieces = split_document_range(
-            self.document,
-            start,
-            cut,
-            self.counter,
-            self.max_tokens,
-            self.overlap_tokens,
-            self.offsets,
-        )
-        return [
-            ChunkSpan(piece.start_char, piece.end_char, None, True, piece.token_count)
-            for piece in pieces
-            if piece.end_char > covered
-        ]
+        return [span for span in self.context.split(start, cut, None, self.overlap_tokens) if span.end_char > covered]
 
     def chunk(self) -> list[ChunkSpan]:
         """The document's chunk spans, in order."""
-        if self.length == 0:
-            return [ChunkSpan(0, 0, None, False, 0)]
         spans: list[ChunkSpan] = []
         start = covered = 0
         while True:
@@ -505,9 +474,9 @@ class _ScoredChunker:
 
 
 @register_strategy("scored", ScoredParams)
-def chunk_scored(document: MarkdownDocument, config, counter: TokenCounter) -> list[ChunkSpan]:
+def chunk_scored(context: ChunkContext) -> list[ChunkSpan]:
     """QMD smart chunking: cuts at the best-scored break point before max_chars or max_tokens.
 
     Break points score headings > fences > rules > blank lines > list items > lines, with quadratic decay
     over the distance to the target; ``mode: tokens`` keeps the token limit exactly."""
-    return _ScoredChunker(document, config, counter).chunk()
+    return _ScoredChunker(context).chunk()

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import regex
 
+from chunkline.context import ChunkContext
 from chunkline.packing import pack_units, units_from_cuts
 from chunkline.record import ChunkSpan
 from chunkline.registry import register_strategy
@@ -41,14 +42,9 @@ from chunkline.patterns import (
     compile_pattern,
     finditer_within,
 )
-from chunkline.strategies.units import (
-    check_overlap,
-    fitting_protected_ranges,
-    merge_ranges,
-)
-from chunkline.structure import BlockKind, MarkdownDocument, indicator_level
-from chunkline.token_offsets import TokenOffsets
-from chunkline.tokenizers import TokenCounter
+from chunkline.protected import merge_ranges
+from chunkline.strategies.units import check_overlap
+from chunkline.structure import BlockKind, HeadingStack, indicator_level
 
 __all__ = ["SectionsParams", "custom_headings"]
 
@@ -96,55 +92,32 @@ class CustomHeading:
 
 
 @register_strategy("sections", SectionsParams)
-def chunk_by_sections(document: MarkdownDocument, config, counter: TokenCounter) -> list[ChunkSpan]:
+def chunk_by_sections(context: ChunkContext) -> list[ChunkSpan]:
     """Sections packed whole within max_tokens; sections over it split at paragraph boundaries."""
-    params: SectionsParams = config.params
-    text = document.text
-    if not text:
-        return [ChunkSpan(0, 0, token_count=0)]
-    offsets = TokenOffsets(text, 0, len(text), counter)
+    params: SectionsParams = context.params
+    text = context.text
     if params.heading_pattern is None:
-        units = [(section.start_char, section.end_char) for section in document.sections]
-        return _pack_sections(document, units, counter, config.max_tokens, params.overlap, offsets)
-    headings = custom_headings(document, params.compiled(), params.timeout_seconds, offsets, config.max_tokens)
+        units = [(section.start_char, section.end_char) for section in context.sections]
+        return pack_units(context, units, params.overlap, unit_name="sections")
+    headings = custom_headings(context, params.compiled(), params.timeout_seconds)
     starts = [heading.start_char for heading in headings]
     if starts and not text[: starts[0]].strip():
         starts[0] = 0  # whitespace before the first heading joins its section, as with markdown headings
     units = units_from_cuts(starts, len(text))
-    spans = _pack_sections(document, units, counter, config.max_tokens, params.overlap, offsets)
+    spans = pack_units(context, units, params.overlap, unit_name="sections")
     return _with_custom_paths(spans, starts, headings)
 
 
-def _pack_sections(
-    document: MarkdownDocument,
-    sections: list[tuple[int, int]],
-    counter: TokenCounter,
-    max_tokens: int,
-    overlap_sections: int,
-    offsets: TokenOffsets,
-) -> list[ChunkSpan]:
-    """Consecutive sections packed within ``max_tokens``; one over it split at its best boundaries."""
-    spans = pack_units(
-        document, sections, counter, max_tokens, overlap_sections, unit_name="sections", offsets=offsets
-    )
-    return spans
-
-
-def custom_headings(
-    document: MarkdownDocument,
-    compiled: regex.Pattern,
-    timeout_seconds: float,
-    offsets: TokenOffsets,
-    max_tokens: int,
-) -> list[CustomHeading]:
+def custom_headings(context: ChunkContext, compiled: regex.Pattern, timeout_seconds: float) -> list[CustomHeading]:
     """The lines ``compiled`` matches, one heading per line, except lines inside fenced or indented code
     and lines inside a table, list item or HTML block that fits within ``max_tokens`` (a break there
     would split a block the product promises to keep whole)."""
+    document = context.document
     text = document.text
     # "\r" alone ends a line too: matched on a copy where every "\r" is "\n" (same length, same offsets).
     subject = text.replace("\r", "\n") if "\r" in text else text
     code = merge_ranges((block.start_char, block.end_char) for block in document.blocks if block.kind in _CODE_KINDS)
-    protected = fitting_protected_ranges(document, offsets, max_tokens)
+    protected = context.protected_ranges
     index = document.index
     headings: list[CustomHeading] = []
     for match in finditer_within(compiled, subject, timeout_seconds, "heading_pattern"):
@@ -168,23 +141,12 @@ def _range_at(ranges: list[tuple[int, int]], position: int, *, starts_inside: bo
     return position < end and (starts_inside or position > start)
 
 
-def _heading_paths(headings: list[CustomHeading]) -> list[tuple[str, ...]]:
-    """Each custom heading's path: a heading closes every open heading of the same or a deeper level."""
-    stack: list[tuple[int, str]] = []
-    paths = []
-    for heading in headings:
-        while stack and stack[-1][0] >= heading.level:
-            stack.pop()
-        stack.append((heading.level, heading.text))
-        paths.append(tuple(title for _, title in stack))
-    return paths
-
-
 def _with_custom_paths(
     spans: list[ChunkSpan], starts: list[int], headings: list[CustomHeading]
 ) -> list[ChunkSpan]:
     """``spans`` with the heading path of the custom section each one starts in."""
-    paths = _heading_paths(headings)
+    stack = HeadingStack()
+    paths = [stack.enter(heading.level, heading.text) for heading in headings]
     result = []
     for span in spans:
         slot = bisect_right(starts, span.start_char) - 1

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from chunkline.context import ChunkContext
 from chunkline.record import ChunkSpan
 from chunkline.registry import register_strategy
 from chunkline.splitting import split_token_windows
-from chunkline.structure import MarkdownDocument
-from chunkline.tokenizers import TokenCounter
 
 #: DocForge's accepted range of ``max_tokens`` for size-based chunking.
 MIN_WINDOW_TOKENS = 64
@@ -36,9 +35,10 @@ class TokensParams:
 
 
 @register_strategy("tokens", TokensParams, keeps_blocks_whole=False)
-def chunk_by_tokens(document: MarkdownDocument, config, counter: TokenCounter) -> list[ChunkSpan]:
+def chunk_by_tokens(context: ChunkContext) -> list[ChunkSpan]:
     """Windows of max_tokens tokens advancing by max_tokens - overlap_tokens (DocForge size)."""
+    text = context.text
     pieces = split_token_windows(
-        document.text, 0, len(document.text), counter, config.max_tokens, config.overlap_tokens
+        text, 0, len(text), context.counter, context.max_tokens, context.overlap_tokens, context.offsets
     )
     return [ChunkSpan(piece.start_char, piece.end_char, None, False, piece.token_count) for piece in pieces]

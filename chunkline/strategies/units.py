@@ -38,25 +38,29 @@ from __future__ import annotations
 import logging
 import re
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import regex
 
+from chunkline.capacity import Capacity
+from chunkline.context import ChunkContext
 from chunkline.packing import pack_units
+from chunkline.protected import after_blank_lines, fitting_protected_ranges, keep_ranges_whole, merge_ranges
 from chunkline.record import ChunkSpan
 from chunkline.registry import register_strategy
 from chunkline.settings import MAX_WHOLE_NUMBER
-from chunkline.structure import PROTECTED_KINDS, MarkdownDocument
+from chunkline.structure import MarkdownDocument
 from chunkline.token_offsets import TokenOffsets
-from chunkline.tokenizers import TokenCounter
 
 __all__ = [
     "CharactersParams",
     "LinesParams",
     "ParagraphsParams",
     "SentencesParams",
+    "UnitParams",
     "WordsParams",
     "after_blank_lines",
     "check_overlap",
@@ -85,58 +89,36 @@ def check_overlap(overlap: object, unit_name: str) -> None:
 
 
 @dataclass(frozen=True)
-class SentencesParams:
-    """Parameters of the ``sentences`` strategy."""
+class UnitParams:
+    """Parameters of a unit strategy: its overlap, counted in its own unit."""
 
-    overlap: int = 1
-    """Sentences the next chunk repeats from the end of the previous one (LocalVectorDB's chunk_overlap)."""
-
-    def __post_init__(self) -> None:
-        check_overlap(self.overlap, "sentences")
-
-
-@dataclass(frozen=True)
-class ParagraphsParams:
-    """Parameters of the ``paragraphs`` strategy."""
-
-    overlap: int = 1
-    """Paragraphs the next chunk repeats from the end of the previous one."""
+    overlap: int = 0
+    """Units the next chunk repeats from the end of the previous one (LocalVectorDB's chunk_overlap)."""
+    unit: ClassVar[str] = "units"
 
     def __post_init__(self) -> None:
-        check_overlap(self.overlap, "paragraphs")
+        check_overlap(self.overlap, self.unit)
 
 
-@dataclass(frozen=True)
-class WordsParams:
-    """Parameters of the ``words`` strategy."""
-
-    overlap: int = 20
-    """Words the next chunk repeats from the end of the previous one."""
-
-    def __post_init__(self) -> None:
-        check_overlap(self.overlap, "words")
-
-
-@dataclass(frozen=True)
-class LinesParams:
-    """Parameters of the ``lines`` strategy."""
-
-    overlap: int = 3
-    """Lines the next chunk repeats from the end of the previous one."""
-
-    def __post_init__(self) -> None:
-        check_overlap(self.overlap, "lines")
+def _unit_params(unit: str, overlap: int) -> type[UnitParams]:
+    """The parameters of the strategy named ``unit``, whose default overlap is ``overlap`` units."""
+    name = f"{unit.capitalize()}Params"
+    namespace = {
+        "__module__": __name__,
+        "__qualname__": name,
+        "__doc__": f"Parameters of the ``{unit}`` strategy.",
+        "__annotations__": {"overlap": "int"},
+        "overlap": overlap,
+        "unit": unit,
+    }
+    return dataclass(frozen=True)(type(name, (UnitParams,), namespace))
 
 
-@dataclass(frozen=True)
-class CharactersParams:
-    """Parameters of the ``characters`` strategy."""
-
-    overlap: int = 50
-    """Characters the next chunk repeats from the end of the previous one."""
-
-    def __post_init__(self) -> None:
-        check_overlap(self.overlap, "characters")
+SentencesParams = _unit_params("sentences", 1)
+ParagraphsParams = _unit_params("paragraphs", 1)
+WordsParams = _unit_params("words", 20)
+LinesParams = _unit_params("lines", 3)
+CharactersParams = _unit_params("characters", 50)
 
 
 # ------------------------------------------------------------------------------------ unit boundaries
@@ -159,16 +141,6 @@ _SENTENCE_END = regex.compile(
 )
 # A line break followed by one or more blank (whitespace-only) lines.
 _BLANK_LINES = re.compile(rf"{_LINE_BREAK}(?:[^\S\r\n]*{_LINE_BREAK})+")
-# Blank lines from a line start on.
-_BLANK_LINES_AT = re.compile(rf"(?:[^\S\r\n]*{_LINE_BREAK})*")
-
-
-def after_blank_lines(text: str, line_start: int) -> int:
-    """The start of the first non-blank line at or after ``line_start`` (the unit boundary for the end of
-    a block, whose blank lines after it join it)."""
-    return _BLANK_LINES_AT.match(text, line_start).end()
-
-
 def _gap_boundaries(matches) -> list[int]:
     """The boundary of each match of a pattern ending in a whitespace gap: the position of its group 1
     (just after the gap's last line break) when that took part, else the match's end."""
@@ -241,67 +213,6 @@ def block_edges(document: MarkdownDocument) -> list[int]:
     return sorted({after_blank_lines(text, edge) for edge in edges})
 
 
-# ---------------------------------------------------------------------------------- protected blocks
-
-# How far the range's own tokenization can be off from a slice's exact count (as in chunkline.splitting).
-_ESTIMATE_SLACK = 8
-
-
-def fitting_protected_ranges(
-    document: MarkdownDocument,
-    offsets: TokenOffsets,
-    max_tokens: int,
-    kinds: Iterable[str] = PROTECTED_KINDS,
-) -> list[tuple[int, int]]:
-    """Merged ranges of the blocks of ``kinds`` that fit within ``max_tokens``, ascending and disjoint.
-
-    A block's range runs on over the blank lines after it, so that its end is a unit boundary -- unless
-    that no longer fits while the block's content (its text without trailing whitespace) still does: then
-    the range ends with the content."""
-    text = document.text
-    wanted = frozenset(kinds)
-    ranges: list[tuple[int, int]] = []
-    for block in document.blocks:
-        start = block.start_char
-        if block.kind not in wanted or block.end_char - start < 2:
-            continue
-        if offsets.estimate(start, block.end_char) > max_tokens + _ESTIMATE_SLACK:
-            continue
-        end = after_blank_lines(text, block.end_char)
-        if offsets.estimate(start, end) <= max_tokens - _ESTIMATE_SLACK or offsets.count(start, end) <= max_tokens:
-            ranges.append((start, end))
-            continue
-        content_end = start + len(text[start : block.end_char].rstrip())
-        if content_end > start and offsets.count(start, content_end) <= max_tokens:
-            ranges.append((start, content_end))
-    return merge_ranges(ranges)
-
-
-def merge_ranges(ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Overlapping or nested ranges merged, ascending."""
-    merged: list[tuple[int, int]] = []
-    for start, end in sorted(ranges):
-        if merged and start < merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
-        else:
-            merged.append((start, end))
-    return merged
-
-
-def keep_ranges_whole(cuts: Sequence[int], ranges: Sequence[tuple[int, int]]) -> list[int]:
-    """``cuts`` without those strictly inside one of the disjoint ascending ``ranges``, plus the ranges'
-    edges: each range becomes whole units. Sorted and without duplicates."""
-    if not ranges:
-        return sorted(set(cuts))
-    positions = np.asarray(cuts, dtype=np.int64)
-    starts = np.fromiter((start for start, _ in ranges), dtype=np.int64, count=len(ranges))
-    ends = np.fromiter((end for _, end in ranges), dtype=np.int64, count=len(ranges))
-    slot = np.searchsorted(starts, positions, side="right") - 1
-    safe_slot = np.maximum(slot, 0)
-    inside = (slot >= 0) & (positions > starts[safe_slot]) & (positions < ends[safe_slot])
-    return np.unique(np.concatenate((positions[~inside], starts, ends))).tolist()
-
-
 def units_between(text: str, cuts: Sequence[int]) -> list[tuple[int, int]]:
     """Units from sorted, distinct boundaries; whitespace before the first or after the last boundary
     joins its neighbour instead of becoming a unit of its own."""
@@ -319,71 +230,55 @@ def units_between(text: str, cuts: Sequence[int]) -> list[tuple[int, int]]:
 # ---------------------------------------------------------------------------------------- strategies
 
 
-def _pack(
-    document: MarkdownDocument,
-    config,
-    counter: TokenCounter,
-    cuts: Sequence[int],
-    unit_name: str,
-    *,
-    protect_blocks: bool,
-) -> list[ChunkSpan]:
+def _pack(context: ChunkContext, cuts: Sequence[int], *, protect_blocks: bool) -> list[ChunkSpan]:
     """Pack the units between ``cuts``, fitting protected blocks kept whole when ``protect_blocks``."""
-    text = document.text
-    if not text:
-        return [ChunkSpan(0, 0, token_count=0)]
-    offsets = TokenOffsets(text, 0, len(text), counter)
+    text = context.text
     if protect_blocks:
-        cuts = keep_ranges_whole(cuts, fitting_protected_ranges(document, offsets, config.max_tokens))
-    units = units_between(text, cuts)
-    spans = pack_units(
-        document, units, counter, config.max_tokens, config.params.overlap, unit_name=unit_name, offsets=offsets
-    )
-    return spans
+        cuts = keep_ranges_whole(cuts, context.protected_ranges)
+    params = context.params
+    return pack_units(context, units_between(text, cuts), params.overlap, unit_name=params.unit)
 
 
 @register_strategy("sentences", SentencesParams)
-def chunk_by_sentences(document: MarkdownDocument, config, counter: TokenCounter) -> list[ChunkSpan]:
+def chunk_by_sentences(context: ChunkContext) -> list[ChunkSpan]:
     """Sentences packed within max_tokens, overlapping by `overlap` sentences (LocalVectorDB sentences)."""
-    text = document.text
-    cuts = sentence_cuts(text) + block_edges(document)
-    return _pack(document, config, counter, sorted(set(cuts)), "sentences", protect_blocks=True)
+    cuts = sentence_cuts(context.text) + block_edges(context.document)
+    return _pack(context, sorted(set(cuts)), protect_blocks=True)
 
 
 @register_strategy("paragraphs", ParagraphsParams)
-def chunk_by_paragraphs(document: MarkdownDocument, config, counter: TokenCounter) -> list[ChunkSpan]:
+def chunk_by_paragraphs(context: ChunkContext) -> list[ChunkSpan]:
     """Blank-line separated paragraphs packed within max_tokens, overlapping by `overlap` paragraphs."""
-    return _pack(document, config, counter, paragraph_cuts(document.text), "paragraphs", protect_blocks=True)
+    return _pack(context, paragraph_cuts(context.text), protect_blocks=True)
 
 
 @register_strategy("words", WordsParams)
-def chunk_by_words(document: MarkdownDocument, config, counter: TokenCounter) -> list[ChunkSpan]:
+def chunk_by_words(context: ChunkContext) -> list[ChunkSpan]:
     """Whitespace-separated words packed within max_tokens, overlapping by `overlap` words."""
-    return _pack(document, config, counter, word_cuts(document.text), "words", protect_blocks=True)
+    return _pack(context, word_cuts(context.text), protect_blocks=True)
 
 
 @register_strategy("lines", LinesParams, keeps_blocks_whole=False)
-def chunk_by_lines(document: MarkdownDocument, config, counter: TokenCounter) -> list[ChunkSpan]:
+def chunk_by_lines(context: ChunkContext) -> list[ChunkSpan]:
     """Lines packed within max_tokens, overlapping by `overlap` lines; markdown structure is ignored."""
-    return _pack(document, config, counter, document.index.line_starts[1:], "lines", protect_blocks=False)
+    return _pack(context, context.document.index.line_starts[1:], protect_blocks=False)
 
 
 @register_strategy("characters", CharactersParams, keeps_blocks_whole=False)
-def chunk_by_characters(document: MarkdownDocument, config, counter: TokenCounter) -> list[ChunkSpan]:
+def chunk_by_characters(context: ChunkContext) -> list[ChunkSpan]:
     """The longest runs of characters within max_tokens, overlapping by `overlap` characters."""
-    return pack_characters(document.text, counter, config.max_tokens, config.params.overlap)
+    return pack_characters(context.capacity, context.params.overlap)
 
 
 # -------------------------------------------------------------------------------- character packing
 
 
-def pack_characters(text: str, counter: TokenCounter, max_tokens: int, overlap_chars: int) -> list[ChunkSpan]:
-    """Consecutive character ranges, each the longest that fits ``max_tokens``; the next one starts
-    ``overlap_chars`` characters before the previous end (always at least one character further on)."""
-    if not text:
-        return [ChunkSpan(0, 0, token_count=0)]
-    length = len(text)
-    offsets = TokenOffsets(text, 0, length, counter)
+def pack_characters(capacity: Capacity, overlap_chars: int) -> list[ChunkSpan]:
+    """Consecutive character ranges of the offsets' text, each the longest that fits the budget; the next
+    one starts ``overlap_chars`` characters before the previous end (always at least one character
+    further on)."""
+    offsets, max_tokens = capacity.offsets, capacity.max_tokens
+    length = len(offsets.text)
     spans: list[ChunkSpan] = []
     start = 0
     repeated_chars = 0
@@ -417,7 +312,7 @@ def _longest_fitting_end(offsets: TokenOffsets, start: int, length: int, max_tok
     The document's token offsets give a first guess; galloping by tokens brackets the answer between an
     end that fits and one that does not, and a binary search over the characters in between finishes."""
     count = offsets.count
-    if offsets.estimate(start, length) <= max_tokens + 2:
+    if offsets.estimate(start, length) <= max_tokens + Capacity.SLACK:
         total = count(start, length)
         if total <= max_tokens:
             return length, total
