@@ -149,9 +149,7 @@ class Corpus:
 
 
 def markdown_files(folder: Path) -> list[Path]:
-    return sorted(
-        path for path in folder.rglob("*") if path.is_file() and path.suffix.lower() in MARKDOWN_SUFFIXES
-    )
+    return sorted(path for path in folder.rglob("*") if path.is_file() and path.suffix.lower() in MARKDOWN_SUFFIXES)
 
 
 def load_corpus(folders: Sequence[Path]) -> Corpus:
@@ -915,7 +913,10 @@ def strategies_json(section: StrategySection) -> dict[str, Any]:
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "folders", nargs="*", type=Path, metavar="FOLDER",
+        "folders",
+        nargs="*",
+        type=Path,
+        metavar="FOLDER",
         help=f"folders of markdown files (default: {DEFAULT_CORPUS.resolve()})",
     )
     parser.add_argument("--max-tokens", type=int, default=512)
@@ -924,7 +925,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--json", type=Path, metavar="OUT", help="also write every figure to this JSON file")
     which = parser.add_mutually_exclusive_group()
     which.add_argument(
-        "--strategies", type=comma_separated, metavar="NAME,...",
+        "--strategies",
+        type=comma_separated,
+        metavar="NAME,...",
         help="strategies of the second section (default: every registered one)",
     )
     which.add_argument("--no-strategies", action="store_true", help="skip the strategies section")
@@ -996,9 +999,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for system in systems:
         quality = assess(system, documents, blocks, encoding, args.max_tokens) if system.collect else None
         results[system.name] = SystemResult(system.name, seconds[system.name], corpus.megabytes, quality)
-    offset_check = next(
-        (check_offset_unit(system, documents) for system in systems if system.name == SEMANTIC), None
-    )
+    offset_check = next((check_offset_unit(system, documents) for system in systems if system.name == SEMANTIC), None)
 
     found_versions = versions()
     header, rows = table_rows(results, blocks, args.max_tokens)

@@ -91,8 +91,10 @@ def main(argv: list[str] | None = None) -> int:
         reference = reference_rows(str(root / "clean"))
         shutil.copytree(history, root / "undamaged")
         _, rerun_seconds = _run(corpus, root / "undamaged", *overrides)
-        print(f"corpus {arguments.corpus}{' + hostile' if arguments.hostile else ''}: "
-              f"{len(reference['documents'])} documents, {len(reference['chunks'])} chunks, {len(reference['errors'])} error rows")
+        print(
+            f"corpus {arguments.corpus}{' + hostile' if arguments.hostile else ''}: "
+            f"{len(reference['documents'])} documents, {len(reference['chunks'])} chunks, {len(reference['errors'])} error rows"
+        )
         print(f"undamaged rerun {rerun_seconds:.2f} s, full run into a fresh output {full_seconds:.2f} s\n")
         width = max(len(name) for name in DAMAGES)
         print(f"{'damage':<{width}}  {'seconds':>7}  outcome")

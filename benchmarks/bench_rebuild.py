@@ -89,7 +89,9 @@ def main(argv: list[str] | None = None) -> int:
         files = sorted(path for path in corpus.rglob("*") if path.suffix.lower() in (".md", ".markdown"))
         edited_per_round = max(1, round(len(files) * arguments.edited_share))
         size_mb = sum(path.stat().st_size for path in files) / 1e6
-        print(f"corpus: {len(files)} documents, {size_mb:.2f} MB; {edited_per_round} edited per round, {arguments.runs} rounds")
+        print(
+            f"corpus: {len(files)} documents, {size_mb:.2f} MB; {edited_per_round} edited per round, {arguments.runs} rounds"
+        )
         incremental_output = work / "incremental"
         _run(corpus, incremental_output)
         inside = {"incremental": [], "full": []}
@@ -102,16 +104,22 @@ def main(argv: list[str] | None = None) -> int:
             full_output = work / f"full-{round_number}"
             order = ("incremental", "full") if round_number % 2 == 0 else ("full", "incremental")
             for kind in order:
-                seconds, wall_seconds, report = _run(corpus, incremental_output if kind == "incremental" else full_output)
+                seconds, wall_seconds, report = _run(
+                    corpus, incremental_output if kind == "incremental" else full_output
+                )
                 inside[kind].append(seconds)
                 wall[kind].append(wall_seconds)
                 if kind == "incremental":
                     rebuild, changes = report["rebuild"], report["changes"]
                     if rebuild["mode"] != "incremental":
-                        raise SystemExit(f"round {round_number + 1}: the rebuild was not incremental: {rebuild['reason']}")
+                        raise SystemExit(
+                            f"round {round_number + 1}: the rebuild was not incremental: {rebuild['reason']}"
+                        )
             compared = subprocess.run(
                 [sys.executable, "-c", _COMPARE_SNIPPET, str(incremental_output), str(full_output)],
-                capture_output=True, text=True, check=True,
+                capture_output=True,
+                text=True,
+                check=True,
             )
             equal = json.loads(compared.stdout.strip().splitlines()[-1])
             print(
@@ -128,10 +136,14 @@ def main(argv: list[str] | None = None) -> int:
     ratio = median["incremental"] / median["full"]
     ratio_wall = median_wall["incremental"] / median_wall["full"]
     print()
-    print(f"run_pipeline, median of {arguments.runs}: incremental {median['incremental']:.3f} s, full {median['full']:.3f} s "
-          f"-> {ratio:.3f}x ({'meets' if ratio <= 0.1 else 'misses'} the 0.1x target)")
-    print(f"whole process, median of {arguments.runs}: incremental {median_wall['incremental']:.3f} s, "
-          f"full {median_wall['full']:.3f} s -> {ratio_wall:.3f}x (includes interpreter start and imports)")
+    print(
+        f"run_pipeline, median of {arguments.runs}: incremental {median['incremental']:.3f} s, full {median['full']:.3f} s "
+        f"-> {ratio:.3f}x ({'meets' if ratio <= 0.1 else 'misses'} the 0.1x target)"
+    )
+    print(
+        f"whole process, median of {arguments.runs}: incremental {median_wall['incremental']:.3f} s, "
+        f"full {median_wall['full']:.3f} s -> {ratio_wall:.3f}x (includes interpreter start and imports)"
+    )
     return 0
 
 

@@ -121,13 +121,11 @@ class ChunkConfig:
                 object.__setattr__(self, "params", strategy.params_type())
             except TypeError as error:  # a parameter without a default
                 raise ConfigError(
-                    f"chunking.{self.strategy} needs parameters of its own ({error}); "
-                    f"`chunkline strategies` lists them"
+                    f"chunking.{self.strategy} needs parameters of its own ({error}); `chunkline strategies` lists them"
                 ) from None
         elif not isinstance(self.params, strategy.params_type):
             raise ConfigError(
-                f"chunking.{self.strategy}: expected {strategy.params_type.__name__}, "
-                f"got {type(self.params).__name__}"
+                f"chunking.{self.strategy}: expected {strategy.params_type.__name__}, got {type(self.params).__name__}"
             )
         check = getattr(self.params, "check", None)
         if check is not None:

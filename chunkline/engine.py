@@ -87,9 +87,7 @@ def build_chunks(
     markdown sections by default."""
     text = document.text
     index = document.index
-    byte_at = index.byte_offsets(
-        position for span in spans for position in (span.start_char, span.end_char)
-    )
+    byte_at = index.byte_offsets(position for span in spans for position in (span.start_char, span.end_char))
     if replaced_bytes:
         byte_at = _file_byte_offsets(byte_at, replaced_bytes)
     if sections is None:

@@ -49,9 +49,7 @@ MAX_FRONT_MATTER_DEPTH = 64
 _FIRST_BODY_LINE = 2
 
 _YAML_TAG = "tag:yaml.org,2002:"
-_MAP, _SET, _OMAP, _PAIRS, _SEQ, _MERGE = (
-    _YAML_TAG + name for name in ("map", "set", "omap", "pairs", "seq", "merge")
-)
+_MAP, _SET, _OMAP, _PAIRS, _SEQ, _MERGE = (_YAML_TAG + name for name in ("map", "set", "omap", "pairs", "seq", "merge"))
 
 
 _RECURSIVE_ALIAS = "an alias refers to a collection it is part of (a recursive alias)"

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-
 from typing import TYPE_CHECKING
 
 from chunkline.record import ChunkSpan

@@ -205,9 +205,7 @@ def build_dataclass(cls: type[T], data: Mapping[str, Any] | None, path: str = ""
     unknown = sorted(set(data) - set(fields), key=str)
     if unknown:
         where = f"{path}." if path else ""
-        raise ConfigError(
-            f"unknown setting {where}{unknown[0]}; known settings here: {', '.join(sorted(fields))}"
-        )
+        raise ConfigError(f"unknown setting {where}{unknown[0]}; known settings here: {', '.join(sorted(fields))}")
     values: dict[str, Any] = {}
     for name, field in fields.items():
         dotted = f"{path}.{name}" if path else name

@@ -414,18 +414,24 @@ def split_token_windows(
         window_end = end if last_token >= token_total else aligned_at_or_before(token_ends[last_token - 1])
         if window_end <= previous_end:
             window_end = min(_next_aligned(aligned, previous_end, end), end)
-        window_end, count = _shrink_to_fit(offsets, aligned_at_or_before, window_start, window_end, previous_end, max_tokens)
+        window_end, count = _shrink_to_fit(
+            offsets, aligned_at_or_before, window_start, window_end, previous_end, max_tokens
+        )
         if count > max_tokens and window_start < previous_end:
             # Even the shortest step forward is over the limit with this much overlap: drop the overlap.
             window_start = previous_end
-            window_end, count = _shrink_to_fit(offsets, aligned_at_or_before, window_start, window_end, previous_end, max_tokens)
+            window_end, count = _shrink_to_fit(
+                offsets, aligned_at_or_before, window_start, window_end, previous_end, max_tokens
+            )
         pieces.append(Piece(window_start, window_end, count))
         previous_end = window_end
         first_token += stride
     return pieces
 
 
-def _shrink_to_fit(offsets, aligned_at_or_before, window_start: int, window_end: int, previous_end: int, max_tokens: int):
+def _shrink_to_fit(
+    offsets, aligned_at_or_before, window_start: int, window_end: int, previous_end: int, max_tokens: int
+):
     """Move ``window_end`` back token by token (never to ``previous_end`` or before) until the window fits;
     returns the end and the window's exact count, which is over ``max_tokens`` only if even one
     character past ``previous_end`` is."""

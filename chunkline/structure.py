@@ -191,9 +191,7 @@ class MarkdownDocument:
         if self._block_tokens is None:
             kinds = _BLOCK_TOKEN_KINDS
             positions = [
-                position
-                for position, token in enumerate(self._tokens)
-                if token.map is not None and token.type in kinds
+                position for position, token in enumerate(self._tokens) if token.map is not None and token.type in kinds
             ]
             self._block_tokens = (positions, [self._tokens[position].map[0] for position in positions])
         positions, start_lines = self._block_tokens
@@ -223,7 +221,14 @@ class MarkdownDocument:
             kind = kinds[token.type]
             if kind == BlockKind.HEADING:
                 blocks.append(
-                    Block(kind, block_start, block_end, token.level, int(token.tag[1]), heading_plain_text(tokens[position + 1].content))
+                    Block(
+                        kind,
+                        block_start,
+                        block_end,
+                        token.level,
+                        int(token.tag[1]),
+                        heading_plain_text(tokens[position + 1].content),
+                    )
                 )
             else:
                 blocks.append(Block(kind, block_start, block_end, token.level))

@@ -242,7 +242,7 @@ def _encoding_constructors() -> dict[str, Callable[[], dict[str, Any]]]:
     return dict(tiktoken.registry.ENCODING_CONSTRUCTORS or {})
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load_encoding(name: str = "cl100k_base", tokenizer_file: str | None = None) -> tiktoken.Encoding:
     """The tiktoken encoding ``name``, built from a local rank file and never from the network."""
     constructors = _encoding_constructors()
@@ -280,6 +280,6 @@ def get_token_counter(name: str = "cl100k_base", tokenizer_file: str | None = No
     return _get_token_counter(name, tokenizer_file)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _get_token_counter(name: str, tokenizer_file: str | None) -> TiktokenCounter:
     return TiktokenCounter(load_encoding(name, tokenizer_file), tokenizer_file)

@@ -33,8 +33,9 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # hashing_embedder sits next to this file
 
-from chunkline.dataset.publish import DamagedDatasetError, list_snapshots, read_dataset, read_manifest
 from hashing_embedder import embed
+
+from chunkline.dataset.publish import DamagedDatasetError, list_snapshots, read_dataset, read_manifest
 
 
 def _with_vectors(chunks: pa.Table) -> pa.Table:
@@ -149,8 +150,10 @@ def search(target: str, query: str, k: int = 5, table_name: str = "chunks") -> l
 
 if __name__ == "__main__":
     if len(sys.argv) < 3:
-        sys.exit("usage: python load_lancedb.py DATASET_URL LANCEDB_FOLDER [QUERY]\n"
-                 "syncs the table to the dataset's latest snapshot, then searches it")
+        sys.exit(
+            "usage: python load_lancedb.py DATASET_URL LANCEDB_FOLDER [QUERY]\n"
+            "syncs the table to the dataset's latest snapshot, then searches it"
+        )
     dataset_url, folder = sys.argv[1], sys.argv[2]
     how, snapshots = sync(dataset_url, folder)
     count = lancedb.connect(folder).open_table("chunks").count_rows()

@@ -35,8 +35,9 @@ from qdrant_client import QdrantClient, models
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # hashing_embedder sits next to this file
 
-from chunkline.dataset.publish import DamagedDatasetError, list_snapshots, read_dataset, read_manifest
 from hashing_embedder import DIMENSION, embed
+
+from chunkline.dataset.publish import DamagedDatasetError, list_snapshots, read_dataset, read_manifest
 
 PAYLOAD_COLUMNS = ["doc_id", "chunk_id", "heading_path", "start_line", "end_line", "start_char", "end_char", "text"]
 COLUMNS = ["chunk_uuid", *PAYLOAD_COLUMNS]
@@ -197,8 +198,10 @@ def search(target: str | QdrantClient, query: str, k: int = 5, collection: str =
 
 if __name__ == "__main__":
     if len(sys.argv) < 3:
-        sys.exit("usage: python load_qdrant.py DATASET_URL QDRANT_FOLDER [QUERY]\n"
-                 "syncs the collection to the dataset's latest snapshot, then searches it")
+        sys.exit(
+            "usage: python load_qdrant.py DATASET_URL QDRANT_FOLDER [QUERY]\n"
+            "syncs the collection to the dataset's latest snapshot, then searches it"
+        )
     dataset_url, folder = sys.argv[1], sys.argv[2]
     client = QdrantClient(path=folder)
     try:

@@ -39,10 +39,10 @@ from typing import TYPE_CHECKING, TextIO
 from chunkline import __version__
 from chunkline.config import ChunkConfig, ConfigError, load_chunk_config
 from chunkline.dataset.decoding import BinaryFileError, decode_file
-from chunkline.engine import chunk_document
-from chunkline.dataset.storage import StorageError, scrub_secrets
 from chunkline.dataset.inputs import utf8_name, walk_local_folder
 from chunkline.dataset.publish import ConcurrentRunError, DatasetNotFoundError
+from chunkline.dataset.storage import StorageError, scrub_secrets
+from chunkline.engine import chunk_document
 from chunkline.record import Chunk
 from chunkline.registry import available_strategies, get_strategy
 from chunkline.structure import parse_markdown
@@ -342,8 +342,8 @@ def _configure_logging() -> None:
 
 
 def _run_command(arguments: argparse.Namespace) -> int:
-    from chunkline.dataset.settings import load_run_config
     from chunkline.dataset.rebuild import PublishRefusedError
+    from chunkline.dataset.settings import load_run_config
     from chunkline.pipelines.run import run_pipeline
 
     overrides = list(arguments.overrides)

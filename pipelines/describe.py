@@ -103,8 +103,7 @@ def describe_dataset(
     statuses = documents.column("status").to_pylist()
     lines += [
         "",
-        "documents: "
-        + ", ".join(f"{statuses.count(status)} {status}" for status in ("ok", "error", "skipped")),
+        "documents: " + ", ".join(f"{statuses.count(status)} {status}" for status in ("ok", "error", "skipped")),
     ]
     token_counts = chunks.column("token_count").to_pylist()
     if token_counts:

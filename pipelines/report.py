@@ -31,8 +31,8 @@ import pyarrow.compute as pc
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from chunkline.pipelines.describe import token_histogram
 from chunkline.dataset.publish import read_dataset, read_manifest
+from chunkline.pipelines.describe import token_histogram
 
 __all__ = [
     "build_html_report",
@@ -110,9 +110,7 @@ def largest_documents(documents: Sequence[dict[str, Any]], limit: int = LARGEST_
     ``documents`` are rows of the ``documents`` table; the rows returned keep ``doc_id``, ``title``,
     ``status``, ``token_count``, ``chunk_count`` and ``size_bytes``."""
     keys = ("doc_id", "title", "status", "token_count", "chunk_count", "size_bytes")
-    ranked = sorted(
-        documents, key=lambda row: (-(row["token_count"] or 0), -(row["size_bytes"] or 0), row["doc_id"])
-    )
+    ranked = sorted(documents, key=lambda row: (-(row["token_count"] or 0), -(row["size_bytes"] or 0), row["doc_id"]))
     return [{key: row.get(key) for key in keys} for row in ranked[:limit]]
 
 
@@ -223,8 +221,15 @@ def token_histogram_figure(histogram: dict[str, list[int]], max_tokens: int | No
     if max_tokens:
         axes.axvline(max_tokens + 0.5, color=_ERROR_COLOR, linestyle="--", linewidth=1)
         axes.annotate(
-            f"max_tokens {max_tokens}", (max_tokens + 0.5, 1), xycoords=("data", "axes fraction"),
-            ha="right", va="top", color=_ERROR_COLOR, fontsize=9, xytext=(-4, -2), textcoords="offset points",
+            f"max_tokens {max_tokens}",
+            (max_tokens + 0.5, 1),
+            xycoords=("data", "axes fraction"),
+            ha="right",
+            va="top",
+            color=_ERROR_COLOR,
+            fontsize=9,
+            xytext=(-4, -2),
+            textcoords="offset points",
         )
     axes.set_xlabel("tokens in a chunk")
     axes.set_ylabel("chunks")
@@ -384,7 +389,7 @@ def _errors_html(rows: Sequence[dict[str, Any]], total: int) -> str:
         return '<p class="none">No error rows: every document was read and chunked.</p>'
     body = "".join(
         f'<tr><td class="mono">{_e(row["doc_id"])}</td><td>{_e(row["stage"])}</td>'
-        f'<td>{_e(row["error_type"])}</td><td>{_e(row["message"])}</td></tr>'
+        f"<td>{_e(row['error_type'])}</td><td>{_e(row['message'])}</td></tr>"
         for row in rows
     )
     more = (
@@ -418,9 +423,7 @@ def render_html_report(data: dict[str, Any]) -> str:
             chunks_per_document_figure(data["chunks_per_document"]), "Histogram of the number of chunks per document"
         )
         depth_image = _image(heading_depth_figure(data["heading_depth"]), "Chunks by heading depth")
-        largest_image = _image(
-            largest_documents_figure(data["largest_documents"]), "The largest documents by tokens"
-        )
+        largest_image = _image(largest_documents_figure(data["largest_documents"]), "The largest documents by tokens")
     title = f"chunkline dataset report: {data['url']}"
     return f"""<!DOCTYPE html>
 <html lang="en">

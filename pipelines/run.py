@@ -44,8 +44,7 @@ from fsspec.core import split_protocol, url_to_fs
 from fsspec.registry import get_filesystem_class
 
 from chunkline import __version__
-from chunkline.dataset.settings import RunConfig
-from chunkline.dataset.storage import list_files, scrub_secrets, storage_url, with_storage_retries
+from chunkline.dataset.inputs import glob_root
 from chunkline.dataset.publish import (
     OutputState,
     acquire_output_lock,
@@ -66,9 +65,10 @@ from chunkline.dataset.rebuild import (
     rebuild_fingerprint,
     write_shard_plans,
 )
+from chunkline.dataset.settings import RunConfig
+from chunkline.dataset.storage import list_files, scrub_secrets, storage_url, with_storage_retries
 from chunkline.settings import ConfigError
 from chunkline.transforms.chunk import ChunkDocuments
-from chunkline.dataset.inputs import glob_root
 from chunkline.transforms.read import ReadMarkdown
 from chunkline.transforms.write import WriteChunkTables, WriteSettings
 
@@ -281,7 +281,9 @@ def _previous_state(config: RunConfig) -> _PreviousState:
             storage_options=config.output.storage_options,
         )
     except Exception as error:  # an unreadable snapshot is rebuilt in full, never trusted
-        logger.warning("chunkline: cannot read the published documents table (%s): rebuilding in full", type(error).__name__)
+        logger.warning(
+            "chunkline: cannot read the published documents table (%s): rebuilding in full", type(error).__name__
+        )
         documents = None
     return _PreviousState(state, documents)
 
@@ -407,7 +409,16 @@ def run_pipeline(config: RunConfig, beam_args: list[str] | None = None) -> RunSu
             before = changes["deleted"] + changes["changed"] + changes["unchanged"]
             refuse_mass_deletion(config, changes["deleted"], before, plan)
             published = _publish(
-                output_url, run_id, config, plan, in_process, pipeline_seconds, counts, changes, lock, previous.output.kept
+                output_url,
+                run_id,
+                config,
+                plan,
+                in_process,
+                pipeline_seconds,
+                counts,
+                changes,
+                lock,
+                previous.output.kept,
             )
         except BaseException:
             if _published_snapshot(config) != run_id:  # failed before the commit point: nothing of it is visible
@@ -442,7 +453,9 @@ def refuse_mass_deletion(config: RunConfig, deleted: int, before: int, plan: Reb
     limit = config.output.max_deleted_fraction
     if config.run.allow_deletes or before <= 0 or deleted <= limit * before:
         return
-    snapshot = f"snapshot {plan.previous.snapshot}" if plan.previous and plan.previous.snapshot else "the published snapshot"
+    snapshot = (
+        f"snapshot {plan.previous.snapshot}" if plan.previous and plan.previous.snapshot else "the published snapshot"
+    )
     raise PublishRefusedError(
         f"this run would delete {deleted} of the {before} documents of {snapshot} at {config.output.url} "
         f"({deleted / before:.0%}), more than output.max_deleted_fraction ({limit:g}); nothing was published. "
@@ -477,7 +490,15 @@ def _staged_counts(output_url: str, run_id: str, config: RunConfig) -> dict[str,
 
     secret_values = tuple(config.secrets())
     fs, root = url_to_fs(snapshot_url(output_url, run_id), **config.output.storage_options)
-    counts = {"documents_ok": 0, "documents_error": 0, "documents_skipped": 0, "chunks": 0, "tokens": 0, "input_bytes": 0, "errors": 0}
+    counts = {
+        "documents_ok": 0,
+        "documents_error": 0,
+        "documents_skipped": 0,
+        "chunks": 0,
+        "tokens": 0,
+        "input_bytes": 0,
+        "errors": 0,
+    }
     for table, columns in (
         ("documents", ["status", "size_bytes", "content_sha256"]),
         ("chunks", ["token_count"]),

@@ -29,7 +29,12 @@ CHANGED_DOCUMENTS_SCHEMA = pa.schema(
     [
         field("doc_id", pa.string(), "POSIX path of the document relative to the input root."),
         field("change", pa.string(), "added, changed, deleted or unchanged, relative to the previous snapshot."),
-        field("content_sha256", pa.string(), "SHA-256 of the document's bytes in this snapshot; null if deleted or unreadable.", nullable=True),
+        field(
+            "content_sha256",
+            pa.string(),
+            "SHA-256 of the document's bytes in this snapshot; null if deleted or unreadable.",
+            nullable=True,
+        ),
         field(
             "previous_content_sha256",
             pa.string(),

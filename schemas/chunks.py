@@ -36,10 +36,18 @@ CHUNKS_SCHEMA = pa.schema(
         field("end_line", pa.int32(), "1-based line of the last character (of the first for an empty chunk)."),
         field("end_column", pa.int32(), "1-based column of the last character (of the first for an empty chunk)."),
         field("heading_path", pa.list_(pa.string()), "Texts of the headings the chunk sits under, outermost first."),
-        field("section_index", pa.int32(), "Index of the document section (preamble, then one per heading) the chunk starts in."),
+        field(
+            "section_index",
+            pa.int32(),
+            "Index of the document section (preamble, then one per heading) the chunk starts in.",
+        ),
         field("token_count", pa.int32(), "Exact number of tokens of text in the configured tokenizer."),
         field("char_count", pa.int32(), "Number of characters of text."),
-        field("is_sub_split", pa.bool_(), "True when the chunk is one of several pieces of a section over the token limit."),
+        field(
+            "is_sub_split",
+            pa.bool_(),
+            "True when the chunk is one of several pieces of a section over the token limit.",
+        ),
         field("strategy", pa.string(), "Name of the chunking strategy that made the chunk."),
         field("content_sha256", pa.string(), "SHA-256 of text in UTF-8, hex."),
     ],
@@ -49,4 +57,3 @@ CHUNKS_SCHEMA = pa.schema(
         "description": "One row per chunk: its text, exact positions in the source document, heading path and token count.",
     },
 )
-

@@ -89,7 +89,9 @@ def data_dictionary_markdown() -> str:
         ]
         for field in schema:
             nullable = "yes" if field.nullable else "no"
-            lines.append(f"| `{field.name}` | `{type_name(field.type)}` | {nullable} | {_cell(description_of(field.metadata))} |")
+            lines.append(
+                f"| `{field.name}` | `{type_name(field.type)}` | {nullable} | {_cell(description_of(field.metadata))} |"
+            )
     return "\n".join(lines) + "\n"
 
 

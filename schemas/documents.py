@@ -17,7 +17,12 @@ DOCUMENTS_SCHEMA = pa.schema(
         field("source_uri", pa.string(), "URL or path the document was read from."),
         field("status", pa.string(), "ok (chunked), error (see the errors table) or skipped (not chunked on purpose)."),
         field("size_bytes", pa.int64(), "Size of the file in bytes.", nullable=True),
-        field("content_sha256", pa.string(), "SHA-256 of the file's bytes, hex; null when it could not be read.", nullable=True),
+        field(
+            "content_sha256",
+            pa.string(),
+            "SHA-256 of the file's bytes, hex; null when it could not be read.",
+            nullable=True,
+        ),
         field(
             "modified_time",
             pa.timestamp("us", tz="UTC"),

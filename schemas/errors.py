@@ -13,10 +13,16 @@ ERROR_STAGES = ("match", "read", "decode", "parse", "chunk")
 
 ERRORS_SCHEMA = pa.schema(
     [
-        field("doc_id", pa.string(), "POSIX path of the document relative to the input root (the input itself for match errors)."),
+        field(
+            "doc_id",
+            pa.string(),
+            "POSIX path of the document relative to the input root (the input itself for match errors).",
+        ),
         field("source_uri", pa.string(), "URL or path of the document or input."),
         field("stage", pa.string(), "Where it failed: match, read, decode, parse or chunk."),
-        field("error_type", pa.string(), "Kind of problem, e.g. InvalidUtf8, BinaryFile, FileTooLarge, FileNotFoundError."),
+        field(
+            "error_type", pa.string(), "Kind of problem, e.g. InvalidUtf8, BinaryFile, FileTooLarge, FileNotFoundError."
+        ),
         field("message", pa.string(), "What went wrong and what to do about it; never contains credentials."),
     ],
     metadata={

@@ -196,7 +196,7 @@ def single_line_1mb(size_bytes: int = 1_000_000) -> bytes:
 def base64_blob_300kb(size_bytes: int = 300_000) -> bytes:
     """A 300 KB base64 blob with no space or line break (an inlined image): no word boundary anywhere."""
     raw = random.Random(300).randbytes(size_bytes * 3 // 4 + 3)
-    blob = base64.b64encode(raw)[:size_bytes - 40]
+    blob = base64.b64encode(raw)[: size_bytes - 40]
     return b"# Inlined image\n\n![logo](data:image/png;base64," + blob + b")"
 
 
@@ -375,7 +375,7 @@ def hash_lines_in_mdx_jsx() -> bytes:
         b"</Tab>\n"
         b"</Tabs>\n\n"
         b"{/* a JSX comment with # in it */}\n\n"
-        b"<Callout type=\"warning\" />\n\n"
+        b'<Callout type="warning" />\n\n'
         b"## After the components\n\nText with <Badge>#1</Badge> inline.\n"
     )
 
@@ -433,10 +433,10 @@ def front_matter_python_object(marker: str | Path = f"/tmp/{PYTHON_OBJECT_MARKER
     return (
         "---\n"
         f"title: !!python/object/apply:os.system [\"touch '{marker}'\"]\n"
-        "author: !!python/object/new:subprocess.check_output [[\"true\"]]\n"
+        'author: !!python/object/new:subprocess.check_output [["true"]]\n'
         "---\n"
         "# Looks harmless\n\nBut its front matter asks the YAML loader to run a command.\n"
-    ).encode("utf-8")
+    ).encode()
 
 
 def front_matter_odd_keys() -> bytes:
@@ -495,11 +495,11 @@ def tiktoken_special_tokens() -> bytes:
 
 def emoji_zwj_sequences() -> bytes:
     """Emoji joined by ZERO WIDTH JOINER, skin tones, flags and keycaps: one glyph, many code points."""
-    family = "\U0001F468\u200D\U0001F469\u200D\U0001F467\u200D\U0001F466"
-    rainbow = "\U0001F3F3\uFE0F\u200D\U0001F308"
-    technologist = "\U0001F9D1\U0001F3FD\u200D\U0001F4BB"
-    flag = "\U0001F1F3\U0001F1F4"
-    keycap = "1\uFE0F\u20E3"
+    family = "\U0001f468\u200d\U0001f469\u200d\U0001f467\u200d\U0001f466"
+    rainbow = "\U0001f3f3\ufe0f\u200d\U0001f308"
+    technologist = "\U0001f9d1\U0001f3fd\u200d\U0001f4bb"
+    flag = "\U0001f1f3\U0001f1f4"
+    keycap = "1\ufe0f\u20e3"
     line = f"The crew {family} waved {rainbow} while the {technologist} logged tide {keycap} in {flag}.\n"
     return (f"# Emoji {family}\n\n" + line * 200 + f"\n## {rainbow}\n\n{line}").encode("utf-8")
 

@@ -11,10 +11,37 @@ from hypothesis import strategies as st
 
 WORDS = st.sampled_from(
     [
-        "the", "chunk", "token", "limit", "Beam", "pipeline", "naïve", "Grüße", "漢字",
+        "the",
+        "chunk",
+        "token",
+        "limit",
+        "Beam",
+        "pipeline",
+        "naïve",
+        "Grüße",
+        "漢字",
         "日本語の文章です。",
-        "emoji👩\u200d💻", "🐦", "e\u0301", "x=1;", "`code`", "**bold**", "_it_", "[link](http://a.b/c)",
-        "#hash", "<b>", "&amp;", "1.", "-", "|", "...", "?!", "\t", "\u2028", "\x85", "\x0c", "\x00",
+        "emoji👩\u200d💻",
+        "🐦",
+        "e\u0301",
+        "x=1;",
+        "`code`",
+        "**bold**",
+        "_it_",
+        "[link](http://a.b/c)",
+        "#hash",
+        "<b>",
+        "&amp;",
+        "1.",
+        "-",
+        "|",
+        "...",
+        "?!",
+        "\t",
+        "\u2028",
+        "\x85",
+        "\x0c",
+        "\x00",
         "a-very-long-identifier_with_many_parts_and_no_spaces_at_all_0123456789",
     ]
 )
@@ -98,8 +125,19 @@ thematic_break = st.sampled_from(["***\n", "---\n", "___\n", " - - -\n"])
 raw_text = st.text(ANY_CHARACTER, min_size=1, max_size=60)
 
 block = st.one_of(
-    atx_heading, atx_heading, setext_heading, paragraph, paragraph, fenced_code(), indented_code,
-    bullet_list(), table(), block_quote, html_block, thematic_break, raw_text,
+    atx_heading,
+    atx_heading,
+    setext_heading,
+    paragraph,
+    paragraph,
+    fenced_code(),
+    indented_code,
+    bullet_list(),
+    table(),
+    block_quote,
+    html_block,
+    thematic_break,
+    raw_text,
 )
 
 front_matter = st.one_of(

@@ -195,9 +195,7 @@ def test_config_file_that_is_not_a_mapping_is_refused(tmp_path):
 
 def test_yaml_python_tags_in_a_config_file_are_refused_and_not_run(tmp_path):
     marker = tmp_path / "executed"
-    path = write_config(
-        tmp_path, f'chunking:\n  max_tokens: !!python/object/apply:os.system ["touch {marker}"]\n'
-    )
+    path = write_config(tmp_path, f'chunking:\n  max_tokens: !!python/object/apply:os.system ["touch {marker}"]\n')
     with pytest.raises(ConfigError):
         load_chunk_config(path, environ={})
     assert not marker.exists()

@@ -16,7 +16,9 @@ from chunkline.schemas.dictionary import REGENERATE_COMMAND, data_dictionary_mar
 REPO = Path(__file__).resolve().parents[1]
 DICTIONARY_FILE = REPO / "docs" / "data-dictionary.md"
 
-COLUMN_ROW = re.compile(r"^\| `(?P<name>[^`]+)` \| `(?P<type>[^`]+)` \| (?P<nullable>yes|no) \| (?P<description>.*) \|$")
+COLUMN_ROW = re.compile(
+    r"^\| `(?P<name>[^`]+)` \| `(?P<type>[^`]+)` \| (?P<nullable>yes|no) \| (?P<description>.*) \|$"
+)
 
 
 def test_every_table_and_column_has_a_description():
@@ -26,7 +28,11 @@ def test_every_table_and_column_has_a_description():
         for field in schema
         if not description_of(field.metadata).strip()
     ]
-    missing += [f"{table} (schema metadata)" for table, (schema, _) in TABLE_SCHEMAS.items() if not description_of(schema.metadata).strip()]
+    missing += [
+        f"{table} (schema metadata)"
+        for table, (schema, _) in TABLE_SCHEMAS.items()
+        if not description_of(schema.metadata).strip()
+    ]
     assert not missing, (
         "undescribed: " + ", ".join(missing) + '; give each field a metadata "description" (schemas.chunks.field) '
         'and each table schema a metadata "description"'
@@ -60,7 +66,9 @@ def test_type_names_do_not_depend_on_the_list_child_name():
 def test_data_dictionary_file_is_the_generated_text():
     expected = data_dictionary_markdown()
     found = DICTIONARY_FILE.read_bytes().decode("utf-8") if DICTIONARY_FILE.exists() else None
-    assert found == expected, f"{DICTIONARY_FILE.relative_to(REPO)} is out of date; regenerate it from the repository root with: {REGENERATE_COMMAND}"
+    assert found == expected, (
+        f"{DICTIONARY_FILE.relative_to(REPO)} is out of date; regenerate it from the repository root with: {REGENERATE_COMMAND}"
+    )
 
 
 def test_regenerate_command_prints_the_dictionary():

@@ -54,8 +54,22 @@ class CountingBytes(bytes):
 _PIECES = st.one_of(
     st.text(max_size=12).map(lambda text: text.encode("utf-8")),
     st.sampled_from(
-        [b"\x80", b"\xbf", b"\xc3", b"\xe2\x82", b"\xf0\x9f\x98", b"\xc0\xaf", b"\xed\xa0\x80", b"\xff", b"\xfe",
-         b"\xf8\x88\x80\x80\x80", b"\xef\xbf\xbd", b"\xef\xbb\xbf", b"\xe9t\xe9", b"\r\n"]
+        [
+            b"\x80",
+            b"\xbf",
+            b"\xc3",
+            b"\xe2\x82",
+            b"\xf0\x9f\x98",
+            b"\xc0\xaf",
+            b"\xed\xa0\x80",
+            b"\xff",
+            b"\xfe",
+            b"\xf8\x88\x80\x80\x80",
+            b"\xef\xbf\xbd",
+            b"\xef\xbb\xbf",
+            b"\xe9t\xe9",
+            b"\r\n",
+        ]
     ),
     st.binary(max_size=6),
 )
@@ -76,7 +90,7 @@ def test_replace_gives_what_restarting_the_strict_decoder_gave(pieces):
 
 
 def test_replace_records_a_replacement_after_multibyte_characters_at_its_character_offset():
-    data = "Café 🦀 ".encode("utf-8") + b"\xe9" + " naïve".encode("utf-8") + b"\xff\xfe"
+    data = "Café 🦀 ".encode() + b"\xe9" + " naïve".encode() + b"\xff\xfe"
     text, encoding, replaced = decode_markdown(data, "replace")
     assert text == "Café 🦀 \ufffd naïve\ufffd\ufffd"
     assert replaced == [(7, 1), (14, 1), (15, 1)]

@@ -5,9 +5,6 @@ from __future__ import annotations
 import math
 
 import pytest
-
-import chunkline
-from chunkline import ChunkConfig, chunk_markdown, parse_markdown
 from conftest import (
     assert_invariants,
     assert_protected_blocks_whole,
@@ -16,6 +13,9 @@ from conftest import (
     is_word_boundary,
     word_around,
 )
+
+import chunkline
+from chunkline import ChunkConfig, chunk_markdown, parse_markdown
 
 
 def headings_config(**params) -> ChunkConfig:
@@ -249,9 +249,7 @@ def test_section_under_the_limit_is_not_sub_split(read_fixture):
 
 
 @pytest.mark.parametrize("max_tokens, overlap_tokens", [(512, 50), (160, 30), (128, 0), (96, 20)])
-def test_code_blocks_tables_and_list_items_that_fit_are_never_split(
-    read_fixture, counter, max_tokens, overlap_tokens
-):
+def test_code_blocks_tables_and_list_items_that_fit_are_never_split(read_fixture, counter, max_tokens, overlap_tokens):
     text = read_fixture("long_section_with_code_and_table.md")
     chunks = chunk_markdown(text, ChunkConfig(max_tokens=max_tokens, overlap_tokens=overlap_tokens))
 

@@ -29,23 +29,23 @@ import sys
 import time
 from pathlib import Path
 
+import hostile_corpus
 import pytest
 import yaml
-
-import hostile_corpus
-from chunkline import available_strategies, chunk_markdown, get_strategy, parse_markdown
-from chunkline.pipelines.cli import main
-from chunkline.tokenizers import get_token_counter
 from conftest import assert_invariants, assert_protected_blocks_whole
 from hostile_corpus import EXPECTED_ERRORS, HOSTILE_FILES, NOT_A_HEADING, PYTHON_OBJECT_MARKER, write_hostile_corpus
 from pipeline.conftest import assert_document_chunks, documents, rows, rows_by_doc
 from test_strategy_contract import config_for, soft_limit_check
 
+from chunkline import available_strategies, chunk_markdown, get_strategy, parse_markdown
+from chunkline.pipelines.cli import main
+from chunkline.tokenizers import get_token_counter
+
 STRATEGIES = available_strategies()
 MAX_TOKENS, OVERLAP_TOKENS = 512, 50
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def hostile_bytes(name: str) -> bytes:
     """The bytes of a hostile file (built once per session)."""
     return HOSTILE_FILES[name]()

@@ -68,7 +68,9 @@ def notebook_environment(monkeypatch, tmp_path):
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: path.name)
 def test_notebook_runs_top_to_bottom(path, kernel_folder, notebook_environment):
     notebook = nbformat.read(path, as_version=4)
-    manager = KernelManager(kernel_name="python3", kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(kernel_folder)]))
+    manager = KernelManager(
+        kernel_name="python3", kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(kernel_folder)])
+    )
     assert manager.kernel_spec.argv[0] == sys.executable
     client = NotebookClient(
         notebook,

@@ -14,13 +14,12 @@ import itertools
 import re
 from pathlib import Path
 
+import hostile_corpus
 import pytest
 from markdown_it import MarkdownIt
 
 from chunkline.splitting import split_document_range
 from chunkline.structure import MAX_CONTAINER_DEPTH, _block_parser, parse_markdown
-
-import hostile_corpus
 
 TESTS = Path(__file__).parent
 SAMPLE_CORPUS = TESTS.parent / "sample_corpus"

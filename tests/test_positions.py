@@ -7,12 +7,19 @@ against the naive per-character reference in conftest.
 from __future__ import annotations
 
 import pytest
-
-from chunkline import ChunkConfig, chunk_markdown
 from conftest import assert_invariants
 
+from chunkline import ChunkConfig, chunk_markdown
+
 SPAN_FIELDS = (
-    "start_char", "end_char", "start_byte", "end_byte", "start_line", "start_column", "end_line", "end_column"
+    "start_char",
+    "end_char",
+    "start_byte",
+    "end_byte",
+    "start_line",
+    "start_column",
+    "end_line",
+    "end_column",
 )
 
 

@@ -7,13 +7,13 @@ mode), and chunking is deterministic.
 
 from __future__ import annotations
 
+from conftest import assert_invariants, assert_protected_blocks_whole, exact_token_count, heading_paths_of_sections
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from markdown_grammar import markdown_documents
 
 from chunkline import ChunkConfig, chunk_markdown, parse_markdown
 from chunkline.tokenizers import get_token_counter
-from conftest import assert_invariants, assert_protected_blocks_whole, exact_token_count, heading_paths_of_sections
-from markdown_grammar import markdown_documents
 
 
 @st.composite

@@ -24,8 +24,8 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
-from chunkline.dataset.settings import load_run_config
 from chunkline.dataset.publish import read_dataset, read_manifest
+from chunkline.dataset.settings import load_run_config
 from chunkline.pipelines.run import run_pipeline
 from chunkline.schemas import TABLE_SCHEMAS
 
@@ -50,7 +50,9 @@ def published_tables(sample_dataset) -> dict[str, dict[str, Any]]:
     """table -> its manifest entry (``files``, ``rows``), for every table the manifest names."""
     tables = read_manifest(sample_dataset)["tables"]
     assert set(ALWAYS_PUBLISHED) <= set(tables)
-    assert set(tables) <= set(TABLE_SCHEMAS), f"manifest names tables without a schema: {set(tables) - set(TABLE_SCHEMAS)}"
+    assert set(tables) <= set(TABLE_SCHEMAS), (
+        f"manifest names tables without a schema: {set(tables) - set(TABLE_SCHEMAS)}"
+    )
     return tables
 
 
@@ -75,7 +77,13 @@ def expected_polars_type(arrow_type: pa.DataType) -> pl.DataType:
         return pl.List(expected_polars_type(arrow_type.value_type))
     if pa.types.is_timestamp(arrow_type):
         return pl.Datetime(arrow_type.unit, arrow_type.tz)
-    simple = {pa.int32(): pl.Int32, pa.int64(): pl.Int64, pa.bool_(): pl.Boolean, pa.string(): pl.String, pa.large_string(): pl.String}
+    simple = {
+        pa.int32(): pl.Int32,
+        pa.int64(): pl.Int64,
+        pa.bool_(): pl.Boolean,
+        pa.string(): pl.String,
+        pa.large_string(): pl.String,
+    }
     assert arrow_type in simple, f"no polars type expected for {arrow_type}: add it to this test"
     return simple[arrow_type]
 
@@ -85,14 +93,24 @@ def expected_duckdb_type(arrow_type: pa.DataType) -> str:
         return expected_duckdb_type(arrow_type.value_type) + "[]"
     if pa.types.is_timestamp(arrow_type) and arrow_type.tz == "UTC":
         return "TIMESTAMP WITH TIME ZONE"
-    simple = {pa.int32(): "INTEGER", pa.int64(): "BIGINT", pa.bool_(): "BOOLEAN", pa.string(): "VARCHAR", pa.large_string(): "VARCHAR"}
+    simple = {
+        pa.int32(): "INTEGER",
+        pa.int64(): "BIGINT",
+        pa.bool_(): "BOOLEAN",
+        pa.string(): "VARCHAR",
+        pa.large_string(): "VARCHAR",
+    }
     assert arrow_type in simple, f"no DuckDB type expected for {arrow_type}: add it to this test"
     return simple[arrow_type]
 
 
-def check_pandas_column(series: pd.Series, arrow_type: pa.DataType, *, lists: tuple[type, ...] = (list, np.ndarray)) -> None:
+def check_pandas_column(
+    series: pd.Series, arrow_type: pa.DataType, *, lists: tuple[type, ...] = (list, np.ndarray)
+) -> None:
     """``series`` holds ``arrow_type`` without a cast (no float for an int, no object for a timestamp)."""
-    values = [value for value in series.tolist() if value is not None and not (isinstance(value, float) and np.isnan(value))]
+    values = [
+        value for value in series.tolist() if value is not None and not (isinstance(value, float) and np.isnan(value))
+    ]
     if pa.types.is_integer(arrow_type):
         assert series.dtype == np.dtype(arrow_type.to_pandas_dtype()), (series.name, series.dtype)
     elif pa.types.is_boolean(arrow_type):
@@ -101,7 +119,10 @@ def check_pandas_column(series: pd.Series, arrow_type: pa.DataType, *, lists: tu
         assert pd.api.types.is_string_dtype(series.dtype), (series.name, series.dtype)
         assert all(isinstance(value, str) for value in values), series.name
     elif pa.types.is_timestamp(arrow_type):
-        assert isinstance(series.dtype, pd.DatetimeTZDtype) and str(series.dtype.tz) == arrow_type.tz, (series.name, series.dtype)
+        assert isinstance(series.dtype, pd.DatetimeTZDtype) and str(series.dtype.tz) == arrow_type.tz, (
+            series.name,
+            series.dtype,
+        )
     elif pa.types.is_list(arrow_type) and pa.types.is_string(arrow_type.value_type):
         assert series.dtype == np.dtype(object), (series.name, series.dtype)
         assert all(isinstance(value, lists) for value in values), (series.name, {type(value) for value in values})
@@ -134,7 +155,9 @@ def test_globbed_folder_holds_exactly_the_manifest_files(sample_dataset, publish
     for table, entry in published_tables.items():
         assert entry["files"], table
         folder = part_folder(sample_dataset, table)
-        assert sorted(glob.glob(posixpath.join(folder, "*.parquet"))) == sorted(part_files(sample_dataset, table)), table
+        assert sorted(glob.glob(posixpath.join(folder, "*.parquet"))) == sorted(part_files(sample_dataset, table)), (
+            table
+        )
 
 
 def test_manifest_counts_match_the_corpus(sample_dataset, published_tables):
@@ -213,7 +236,9 @@ READERS: dict[str, Callable[[str], list[dict[str, Any]]]] = {
     "pyarrow.dataset": lambda url: ds.dataset(part_folder(url, "chunks"), format="parquet").to_table().to_pylist(),
     "pandas": lambda url: pd.read_parquet(part_files(url, "chunks")).to_dict("records"),
     "polars": lambda url: pl.read_parquet(part_files(url, "chunks")).to_dicts(),
-    "duckdb": lambda url: duckdb_rows(f"select * from read_parquet('{posixpath.join(part_folder(url, 'chunks'), '*.parquet')}')"),
+    "duckdb": lambda url: duckdb_rows(
+        f"select * from read_parquet('{posixpath.join(part_folder(url, 'chunks'), '*.parquet')}')"
+    ),
 }
 
 
@@ -221,7 +246,12 @@ READERS: dict[str, Callable[[str], list[dict[str, Any]]]] = {
 def test_every_reader_sees_the_same_chunk_positions_and_heading_paths(sample_dataset, reader):
     def positions(rows: list[dict[str, Any]]) -> dict[str, tuple]:
         return {
-            row["chunk_id"]: (row["doc_id"], int(row["start_line"]), int(row["end_line"]), [str(item) for item in row["heading_path"]])
+            row["chunk_id"]: (
+                row["doc_id"],
+                int(row["start_line"]),
+                int(row["end_line"]),
+                [str(item) for item in row["heading_path"]],
+            )
             for row in rows
         }
 

@@ -22,8 +22,8 @@ from pathlib import Path
 import matplotlib.image
 import pytest
 
-from chunkline.dataset.settings import load_run_config
 from chunkline.dataset.publish import read_dataset, read_manifest
+from chunkline.dataset.settings import load_run_config
 from chunkline.pipelines.report import (
     build_html_report,
     chunks_per_document,

@@ -59,7 +59,9 @@ def test_derived_heading_paths_follow_the_custom_sections():
 
 def test_without_a_pattern_sections_are_the_markdown_headings():
     text = "# Guide\n\nIntro to the guide.\n\n## Setup\n\nSteps one to three.\n"
-    config = ChunkConfig.from_dict({"strategy": "paragraphs", "max_tokens": 8, "overlap_tokens": 0, "paragraphs": {"overlap": 0}})
+    config = ChunkConfig.from_dict(
+        {"strategy": "paragraphs", "max_tokens": 8, "overlap_tokens": 0, "paragraphs": {"overlap": 0}}
+    )
     chunks = chunk_markdown(text, config)
     assert [(chunk.text.splitlines()[0], chunk.heading_path) for chunk in chunks] == [
         ("# Guide", ("Guide",)),

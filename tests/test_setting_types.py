@@ -28,7 +28,18 @@ def run_config(*overrides: str, environ: dict[str, str] | None = None, config_fi
 @pytest.mark.parametrize(
     "raw",
     [
-        "0123", "12:30:45", "0x1F", "1e3", "true", "null", "~", "[a, b]", "{a: 1}", "-.inf", "0o17", "2024-05-01",
+        "0123",
+        "12:30:45",
+        "0x1F",
+        "1e3",
+        "true",
+        "null",
+        "~",
+        "[a, b]",
+        "{a: 1}",
+        "-.inf",
+        "0o17",
+        "2024-05-01",
         "  spaced ",
     ],
 )
@@ -148,7 +159,7 @@ def test_a_yaml_string_in_a_file_is_still_not_a_number(tmp_path):
         f"{{password: {SECRET}: x}}",
         f"{{password: '{SECRET}}}",
         f"{{password: *{SECRET}}}",
-        f"{{password: \"{SECRET}\\q\"}}",
+        f'{{password: "{SECRET}\\q"}}',
         SECRET,
         f"[{SECRET}]",
     ],

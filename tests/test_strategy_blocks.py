@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from conftest import FIXTURES, assert_invariants, assert_protected_blocks_whole, exact_token_count
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from markdown_grammar import MARKDOWN_LINES
 
 import chunkline
 from chunkline import ChunkConfig, ConfigError, ReconstructionError, chunk_markdown, get_token_counter, parse_markdown
@@ -15,8 +17,6 @@ from chunkline.strategies.blocks import (
     is_soft_limit_chunk,
     soft_limit_spans,
 )
-from conftest import FIXTURES, assert_invariants, assert_protected_blocks_whole, exact_token_count
-from markdown_grammar import MARKDOWN_LINES
 
 GUIDE = """\
 ---
@@ -120,7 +120,7 @@ def test_atoms_partition_the_text_and_split_lists_into_items():
         assert kind in kinds
     # Blank lines and the link reference definition belong to the atom before them.
     html = next(atom for atom in atoms if atom.kind == "html_block")
-    assert GUIDE[html.start_char : html.end_char].endswith("rustup.rs \"a link reference definition\"\n\n")
+    assert GUIDE[html.start_char : html.end_char].endswith('rustup.rs "a link reference definition"\n\n')
 
 
 def test_empty_and_blank_documents():
@@ -396,6 +396,11 @@ def test_invalid_parameters_are_refused(params, message):
 
 def test_strategy_is_registered_with_its_parameters():
     strategy = chunkline.get_strategy("blocks")
-    assert [name for name, _, _ in strategy.parameters()] == ["target", "max_bytes", "never_split_code", "strip_headings"]
+    assert [name for name, _, _ in strategy.parameters()] == [
+        "target",
+        "max_bytes",
+        "never_split_code",
+        "strip_headings",
+    ]
     config = ChunkConfig.from_dict({"strategy": "blocks", "blocks": {"target": "tokens", "strip_headings": True}})
     assert config.params == BlocksParams(target="tokens", strip_headings=True)

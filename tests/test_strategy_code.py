@@ -6,12 +6,12 @@ import logging
 import re
 
 import pytest
+from conftest import FIXTURES, assert_invariants, assert_protected_blocks_whole
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chunkline import ChunkConfig, ConfigError, chunk_markdown, parse_markdown
 from chunkline.strategies.code import guess_language, language_of_info
-from conftest import FIXTURES, assert_invariants, assert_protected_blocks_whole
 
 PYTHON = '''"""A small module."""
 
@@ -63,7 +63,7 @@ if __name__ == "__main__":
     print(add(1, 2))
 '''
 
-JAVASCRIPT = '''import { readFile } from "fs";
+JAVASCRIPT = """import { readFile } from "fs";
 
 const LIMIT = 10;
 
@@ -94,9 +94,9 @@ async function load(path) {
 }
 
 module.exports = { add, double, Counter, load };
-'''
+"""
 
-JAVA = '''package com.example;
+JAVA = """package com.example;
 
 import java.util.List;
 
@@ -126,7 +126,7 @@ public class Greeter {
         return List.of(name);
     }
 }
-'''
+"""
 
 PY_DEFINITION = re.compile(r"[ \t]*(?:@|#|(?:async[ \t]+)?def[ \t]|class[ \t]|if __name__)")
 JS_DEFINITION = re.compile(
@@ -343,8 +343,7 @@ def test_fences_tables_and_list_items_that_fit_are_never_split(counter):
 
 def test_source_files_have_no_markdown_heading_paths():
     text = (
-        "# a comment, not a heading\nimport os\n\n\n"
-        "def main():\n    return os.getcwd()\n\n\ndef other():\n    pass\n"
+        "# a comment, not a heading\nimport os\n\n\ndef main():\n    return os.getcwd()\n\n\ndef other():\n    pass\n"
     )
     chunks = chunk_markdown(text, config_for(12))
 
@@ -363,8 +362,15 @@ def test_language_guess_from_keywords():
 
 @pytest.mark.parametrize(
     ("info", "language"),
-    [("python", "python"), ("py", "python"), ("ts", "javascript"), ("JSX", "javascript"), ("java", "java"),
-     ("rust", "generic"), ("", None)],
+    [
+        ("python", "python"),
+        ("py", "python"),
+        ("ts", "javascript"),
+        ("JSX", "javascript"),
+        ("java", "java"),
+        ("rust", "generic"),
+        ("", None),
+    ],
 )
 def test_language_from_a_fence_info_string(info, language):
     assert language_of_info(info) == language
@@ -402,10 +408,31 @@ def test_fixture_documents_keep_every_invariant(read_fixture, counter):
 
 _CODE_LINES = st.sampled_from(
     [
-        "def f(x):", "    return x", "class A:", "    def m(self):", "        pass", "@decorator", "# comment",
-        "function g() {", "  return 1;", "}", "export const h = (a) => {", "public class B {",
-        "    public void run() {", "    }", "/**", " * doc", " */", "", "    ", "x = 1", "```python", "```",
-        "if __name__ == '__main__':", "\tindented with a tab", "漢字 = '👩\u200d💻'",
+        "def f(x):",
+        "    return x",
+        "class A:",
+        "    def m(self):",
+        "        pass",
+        "@decorator",
+        "# comment",
+        "function g() {",
+        "  return 1;",
+        "}",
+        "export const h = (a) => {",
+        "public class B {",
+        "    public void run() {",
+        "    }",
+        "/**",
+        " * doc",
+        " */",
+        "",
+        "    ",
+        "x = 1",
+        "```python",
+        "```",
+        "if __name__ == '__main__':",
+        "\tindented with a tab",
+        "漢字 = '👩\u200d💻'",
     ]
 )
 

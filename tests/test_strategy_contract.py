@@ -13,13 +13,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import FIXTURES, assert_invariants, assert_protected_blocks_whole, exact_token_count
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from markdown_grammar import markdown_documents
 
 from chunkline import ChunkConfig, available_strategies, chunk_markdown, get_strategy, parse_markdown
 from chunkline.tokenizers import get_token_counter
-from conftest import FIXTURES, assert_invariants, assert_protected_blocks_whole, exact_token_count
-from markdown_grammar import markdown_documents
 
 SAMPLE_CORPUS = Path(__file__).resolve().parents[1] / "sample_corpus"
 DOCUMENTS = sorted(FIXTURES.glob("*.md")) + sorted(SAMPLE_CORPUS.rglob("*.md"))
@@ -52,7 +52,10 @@ def soft_limit_check(name: str, text: str, max_tokens: int):
         for start, end in units:
             if chunk.start_char <= start and end <= chunk.end_char:
                 rest = text[chunk.start_char : start] + text[end : chunk.end_char]
-                if exact_token_count(counter, text[start:end]) > max_tokens and exact_token_count(counter, rest) <= max_tokens:
+                if (
+                    exact_token_count(counter, text[start:end]) > max_tokens
+                    and exact_token_count(counter, rest) <= max_tokens
+                ):
                     return True
         return False
 
@@ -146,8 +149,8 @@ def test_strategy_keeps_the_contract_on_generated_markdown_with_surrogates(name,
 
 
 def test_an_installed_strategy_runs_by_name_in_the_pipeline(tmp_path):
-    from chunkline.dataset.settings import load_run_config
     from chunkline.dataset.publish import read_dataset
+    from chunkline.dataset.settings import load_run_config
     from chunkline.pipelines.run import run_pipeline
 
     corpus = tmp_path / "docs"

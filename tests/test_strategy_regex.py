@@ -5,12 +5,12 @@ from __future__ import annotations
 import time
 
 import pytest
+from conftest import FIXTURES, assert_invariants
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chunkline import ChunkConfig, ConfigError, chunk_markdown
 from chunkline.strategies.regex_split import RegexParams, RegexTimeoutError
-from conftest import FIXTURES, assert_invariants
 
 DOC = """# Release notes
 

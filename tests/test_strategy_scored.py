@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from conftest import FIXTURES, assert_invariants, assert_protected_blocks_whole, cut_positions, is_word_boundary
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from markdown_grammar import MARKDOWN_LINES
 
 import chunkline
 from chunkline import ChunkConfig, ConfigError, chunk_markdown, get_token_counter, parse_markdown, reconstruct
@@ -20,8 +22,6 @@ from chunkline.strategies.scored import (
     decayed_score,
     scan_break_points,
 )
-from conftest import FIXTURES, assert_invariants, assert_protected_blocks_whole, cut_positions, is_word_boundary
-from markdown_grammar import MARKDOWN_LINES
 
 GUIDE = """\
 ---
@@ -205,7 +205,9 @@ def test_a_heading_within_the_window_starts_the_next_chunk():
     text = "# First\n\n" + filler + "\n## Second\n\n" + filler
     second = text.index("## Second")
     # The target (max_chars after the start) lies a little after the h2, which is inside the window.
-    chunks = chunk_markdown(text, scored_config(max_chars=second + 300, overlap_chars=0, window_chars=800, max_tokens=4000))
+    chunks = chunk_markdown(
+        text, scored_config(max_chars=second + 300, overlap_chars=0, window_chars=800, max_tokens=4000)
+    )
     assert chunks[0].end_char == second
     assert chunks[1].start_char == second
     assert chunks[1].heading_path == ("First", "Second")
@@ -230,7 +232,7 @@ def test_a_fence_is_never_cut(check_invariants):
 def test_a_fence_that_fits_is_not_cut_in_token_mode(counter):
     code = "".join(f"    let value_{n} = compute({n});\n" for n in range(25))
     text = "Intro words here.\n" * 20 + "```rust\n" + code + "```\n" + "Closing words here.\n" * 20
-    (start, end), = fence_ranges(text)
+    ((start, end),) = fence_ranges(text)
     config = scored_config(mode="tokens", max_tokens=300, overlap_tokens=30)
     assert counter.count(text[start:end]) <= 300
     chunks = chunk_markdown(text, config)
@@ -318,7 +320,9 @@ def test_a_word_that_fills_the_window_moves_the_cut_before_it():
 )
 @pytest.mark.parametrize("mode", ["chars", "tokens"])
 def test_invariants_on_edge_cases(check_invariants, text, mode):
-    config = scored_config(mode=mode, max_chars=500, overlap_chars=50, window_chars=200, max_tokens=100, overlap_tokens=10)
+    config = scored_config(
+        mode=mode, max_chars=500, overlap_chars=50, window_chars=200, max_tokens=100, overlap_tokens=10
+    )
     chunks = chunk_markdown(text, config)
     check_invariants(text, chunks, config)
 
@@ -353,7 +357,9 @@ def test_defaults_on_realistic_markdown(check_invariants):
 def test_invariants_hold_on_generated_markdown(lines, newline, mode):
     counter = get_token_counter("cl100k_base")
     text = newline.join(lines)
-    config = scored_config(mode=mode, max_chars=300, overlap_chars=60, window_chars=150, max_tokens=40, overlap_tokens=5)
+    config = scored_config(
+        mode=mode, max_chars=300, overlap_chars=60, window_chars=150, max_tokens=40, overlap_tokens=5
+    )
     chunks = chunk_markdown(text, config)
     assert_invariants(text, chunks, config)
     assert_protected_blocks_whole(text, chunks, 40, counter)

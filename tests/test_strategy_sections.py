@@ -5,12 +5,12 @@ from __future__ import annotations
 import time
 
 import pytest
+from conftest import FIXTURES, assert_invariants, assert_protected_blocks_whole, exact_token_count
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chunkline import ChunkConfig, ConfigError, chunk_markdown, parse_markdown
 from chunkline.strategies.regex_split import RegexTimeoutError
-from conftest import FIXTURES, assert_invariants, assert_protected_blocks_whole, exact_token_count
 
 SMALL_SECTIONS = """# Guide
 
@@ -105,9 +105,7 @@ def test_hash_fixture_headings_in_code_and_html_are_ignored(read_fixture):
 
 
 def test_a_section_over_the_budget_is_split_at_paragraph_boundaries(counter):
-    paragraphs = [
-        f"Paragraph {number} explains one step of the rebuild in a few plain words." for number in range(10)
-    ]
+    paragraphs = [f"Paragraph {number} explains one step of the rebuild in a few plain words." for number in range(10)]
     text = "# Small\n\nFits.\n\n# Big\n\n" + "\n\n".join(paragraphs) + "\n\n# Tail\n\nEnd.\n"
     config = config_for(60)
 
@@ -310,9 +308,21 @@ def test_fixture_documents_keep_every_invariant(read_fixture, counter, max_token
 
 _BLOCKS = st.sampled_from(
     [
-        "# Title\n", "## Sub\n", "### Deep\n", "Setext\n===\n", "Some prose. More prose.\n", "\n",
-        "```\n# fenced\n```\n", "- item\n- item two\n", "| a | b |\n| - | - |\n| 1 | 2 |\n", "> # quoted\n",
-        "    # indented\n", "<div>\n# html\n</div>\n", "SECTION 4: Custom\n", "漢字の文。\n", "\r\n",
+        "# Title\n",
+        "## Sub\n",
+        "### Deep\n",
+        "Setext\n===\n",
+        "Some prose. More prose.\n",
+        "\n",
+        "```\n# fenced\n```\n",
+        "- item\n- item two\n",
+        "| a | b |\n| - | - |\n| 1 | 2 |\n",
+        "> # quoted\n",
+        "    # indented\n",
+        "<div>\n# html\n</div>\n",
+        "SECTION 4: Custom\n",
+        "漢字の文。\n",
+        "\r\n",
     ]
 )
 

@@ -4,18 +4,22 @@ that never exceed the limit and never cut a character, and DocForge's headings-v
 from __future__ import annotations
 
 import pytest
+from conftest import assert_invariants
 
 from chunkline import ChunkConfig, ConfigError, chunk_markdown
-from conftest import assert_invariants
 
 CJK_AND_EMOJI = (
     "潮位計のデータは毎時記録されます。満潮と干潮の差は季節によって変わります。"
     "👩‍🔧 maintenance crew 🚢⚓ arrives; café, naïve, Grüße, e\u0301, مرحبا, שלום. "
 ) * 60
 
-PRODUCT_GUIDE = "# Product Guide\n\n## Overview\nShort intro.\n\n## Details\n" + " ".join(
-    f"Detail sentence number {number} explains one more setting of the harbour logger." for number in range(500)
-) + "\n"
+PRODUCT_GUIDE = (
+    "# Product Guide\n\n## Overview\nShort intro.\n\n## Details\n"
+    + " ".join(
+        f"Detail sentence number {number} explains one more setting of the harbour logger." for number in range(500)
+    )
+    + "\n"
+)
 
 
 @pytest.mark.parametrize("max_tokens, overlap_tokens", [(64, 0), (64, 16), (100, 99), (512, 64)])

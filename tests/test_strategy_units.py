@@ -9,12 +9,12 @@ from __future__ import annotations
 import logging
 
 import pytest
+from conftest import assert_invariants, assert_protected_blocks_whole, exact_token_count
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chunkline import ChunkConfig, ConfigError, chunk_markdown, parse_markdown
 from chunkline.strategies import units
-from conftest import assert_invariants, assert_protected_blocks_whole, exact_token_count
 
 UNIT_STRATEGIES = ["sentences", "paragraphs", "words", "lines", "characters"]
 STRUCTURED = ["sentences", "paragraphs", "words"]
@@ -399,9 +399,33 @@ def test_tiny_documents(strategy, text):
 
 _PIECES = st.sampled_from(
     [
-        "Word", "another", "end.", "Ask?", "Wow!", '"Quote."', "(aside.)", "1.", "- item", "# Head", "```",
-        "~~~py", "| a | b |", "> quote", "    code", "日本語。", "次！", "👩\u200d💻", "e\u0301", "\t", " ", "  ",
-        "\n", "\n\n", "\r\n", "\r", "\n  \n",
+        "Word",
+        "another",
+        "end.",
+        "Ask?",
+        "Wow!",
+        '"Quote."',
+        "(aside.)",
+        "1.",
+        "- item",
+        "# Head",
+        "```",
+        "~~~py",
+        "| a | b |",
+        "> quote",
+        "    code",
+        "日本語。",
+        "次！",
+        "👩\u200d💻",
+        "e\u0301",
+        "\t",
+        " ",
+        "  ",
+        "\n",
+        "\n\n",
+        "\r\n",
+        "\r",
+        "\n  \n",
     ]
 )
 

@@ -3,38 +3,38 @@
 from __future__ import annotations
 
 import pytest
+from conftest import heading_paths_of_sections
 
 from chunkline import parse_markdown
-from conftest import heading_paths_of_sections
 
 # 27 lines; the block table below names them by 1-based line number.
 KITCHEN_SINK_LINES = [
-    "# Title",            # 1
+    "# Title",  # 1
     "",
-    "Para line one",      # 3
+    "Para line one",  # 3
     "line two",
     "",
-    "```py",              # 6
+    "```py",  # 6
     "x = 1",
     "```",
     "",
-    "| a | b |",          # 10
+    "| a | b |",  # 10
     "|---|---|",
     "| 1 | 2 |",
     "",
-    "- item one",         # 14
+    "- item one",  # 14
     "- item two",
     "",
-    "> quoted",           # 17
+    "> quoted",  # 17
     "",
     "    indented code",  # 19
     "",
-    "<div>",              # 21
+    "<div>",  # 21
     "html",
     "</div>",
     "",
-    "***",                # 25
-    "Setext",             # 26
+    "***",  # 25
+    "Setext",  # 26
     "---",
 ]
 
@@ -83,7 +83,13 @@ def test_blocks_within_a_range_match_the_whole_document_blocks():
     document = parse_markdown(text)
     assert fresh == [b for b in document.blocks if start <= b.start_char and b.end_char <= end]
     assert [b.kind for b in fresh] == [
-        "fence", "table", "bullet_list", "list_item", "paragraph", "list_item", "paragraph",
+        "fence",
+        "table",
+        "bullet_list",
+        "list_item",
+        "paragraph",
+        "list_item",
+        "paragraph",
     ]
     assert document.blocks_within(start, end) == fresh
 

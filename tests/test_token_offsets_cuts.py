@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import random
 
+import hostile_corpus
 import pytest
 import tiktoken
 from hypothesis import given, settings
@@ -24,14 +25,42 @@ from chunkline.text_index import as_tokenizers_see_it
 from chunkline.token_offsets import SPACE_CUT_PATTERNS, TokenOffsets
 from chunkline.tokenizers import TiktokenCounter
 
-import hostile_corpus
-
 #: Fragments markdown puts next to each other: list and quote markers, indentation, line breaks of every
 #: kind, punctuation before a line that starts with "/", contractions, digits, non-ASCII letters and spaces.
 FRAGMENTS = [
-    "word", "Quote", " ", "  ", "\t", "\n", "\r\n", "\r", "\n\n", "- ", "> ", "1. ", "* ", "-", ">", "...",
-    ".", "/path", "/", "it's", "'ll", "123456", "é", "e\u0301", "\u00a0", "\u3000", "日本語", "😀", "```", "|",
-    "--", "#", "_",
+    "word",
+    "Quote",
+    " ",
+    "  ",
+    "\t",
+    "\n",
+    "\r\n",
+    "\r",
+    "\n\n",
+    "- ",
+    "> ",
+    "1. ",
+    "* ",
+    "-",
+    ">",
+    "...",
+    ".",
+    "/path",
+    "/",
+    "it's",
+    "'ll",
+    "123456",
+    "é",
+    "e\u0301",
+    "\u00a0",
+    "\u3000",
+    "日本語",
+    "😀",
+    "```",
+    "|",
+    "--",
+    "#",
+    "_",
 ]
 
 

@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 import tiktoken.load
 import tiktoken_ext
+from conftest import assert_invariants
 
 import chunkline
 from chunkline import ChunkConfig, TokenizerUnavailableError, chunk_markdown, get_token_counter
 from chunkline.tokenizers import load_encoding
-from conftest import assert_invariants
 
 SAMPLE = "Grüße from chunkline: tokens, 漢字, emoji 👩\u200d💻 and code `x = 1`.\n"
 # Token ids of SAMPLE in cl100k_base are fixed by the published rank file; its length is checked here.

@@ -31,9 +31,6 @@ from chunkline.dataset.publish import list_snapshots, read_dataset, read_manifes
 pytestmark = pytest.mark.timeout(300)
 
 
-
-
-
 embedder = import_example("hashing_embedder")
 load_lancedb = import_example("load_lancedb")
 load_qdrant = import_example("load_qdrant")
@@ -43,22 +40,30 @@ SETTINGS = ("max_tokens=64", "overlap_tokens=0")
 
 TROUBLESHOOTING = "guide/troubleshooting.md"
 EDITED, ADDED, DELETED = "guide/installation.md", "guide/faq.md", "CHANGELOG.md"
-FAQ_QUESTION = "Why is the tide reading late on the dashboard? The gauge reports every minute; the dashboard refreshes every five."
+FAQ_QUESTION = (
+    "Why is the tide reading late on the dashboard? The gauge reports every minute; the dashboard refreshes every five."
+)
 FAQ = f"# FAQ\n\n## Late readings\n\n{FAQ_QUESTION}\n".encode()
 CHANGELOG_PASSAGE = "The berth radar reports occupancy in percent."
 
 
 def add_troubleshooting_and_edit_the_readme(corpus: Path) -> None:
-    write_files(corpus, {TROUBLESHOOTING: b"# Troubleshooting\n\n## No readings\n\nCheck the USB cable of the gateway first.\n"})
+    write_files(
+        corpus, {TROUBLESHOOTING: b"# Troubleshooting\n\n## No readings\n\nCheck the USB cable of the gateway first.\n"}
+    )
     readme = corpus / "README.md"
-    readme.write_bytes(readme.read_bytes().replace(b"for the full text.", b"for the full text. Third-party notices are in `NOTICE`."))
+    readme.write_bytes(
+        readme.read_bytes().replace(b"for the full text.", b"for the full text. Third-party notices are in `NOTICE`.")
+    )
 
 
 def edit_one_in_its_middle_add_one_delete_one(corpus: Path) -> None:
     path = corpus / EDITED
     text = path.read_bytes()
     assert b"## Configuration" in text
-    path.write_bytes(text.replace(b"## Configuration", b"## Configuration\n\nSet `HT_PORT` before the first start.\n", 1))
+    path.write_bytes(
+        text.replace(b"## Configuration", b"## Configuration\n\nSet `HT_PORT` before the first start.\n", 1)
+    )
     write_files(corpus, {ADDED: FAQ})
     (corpus / DELETED).unlink()
 
@@ -116,7 +121,9 @@ def qdrant_rows(target: Path) -> list[Stored]:
 def qdrant_mark(target: Path) -> None:
     client = QdrantClient(path=str(target))
     try:
-        client.set_payload("chunks", payload={MARK: True}, points=models.FilterSelector(filter=models.Filter()), wait=True)
+        client.set_payload(
+            "chunks", payload={MARK: True}, points=models.FilterSelector(filter=models.Filter()), wait=True
+        )
     finally:
         client.close()
 
@@ -285,7 +292,9 @@ def test_a_store_two_snapshots_behind_applies_both_deltas_in_order(name, history
 
 
 @pytest.mark.parametrize("name", list(STORES))
-def test_a_store_whose_next_snapshot_was_dropped_is_reloaded_in_full_and_ends_exact(name, stores_left_behind_by_keep_one):
+def test_a_store_whose_next_snapshot_was_dropped_is_reloaded_in_full_and_ends_exact(
+    name, stores_left_behind_by_keep_one
+):
     dataset_url, targets, first = stores_left_behind_by_keep_one
     store, target = STORES[name], targets[name]
     assert store.module.synced_snapshot(str(target)) == first
@@ -306,7 +315,9 @@ def test_a_store_whose_next_snapshot_was_dropped_is_reloaded_in_full_and_ends_ex
 
 
 def _flip_a_bit_in_the_largest_chunks_part(output: Path, snapshot: str) -> None:
-    parts = sorted((output / "snapshots" / snapshot / "chunks").glob("part-*.parquet"), key=lambda path: -path.stat().st_size)
+    parts = sorted(
+        (output / "snapshots" / snapshot / "chunks").glob("part-*.parquet"), key=lambda path: -path.stat().st_size
+    )
     data = bytearray(parts[0].read_bytes())
     data[len(data) // 2] ^= 0x10
     parts[0].write_bytes(bytes(data))

@@ -22,8 +22,8 @@ import pytest
 from conftest import import_example, qdrant_points
 from qdrant_client import QdrantClient
 
-from chunkline.dataset.settings import load_run_config
 from chunkline.dataset.publish import read_dataset, read_manifest
+from chunkline.dataset.settings import load_run_config
 from chunkline.pipelines.run import run_pipeline
 
 pytestmark = pytest.mark.timeout(300)
@@ -31,8 +31,6 @@ pytestmark = pytest.mark.timeout(300)
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE_CORPUS = REPO / "sample_corpus"
 EXAMPLES = REPO / "examples"
-
-
 
 
 embedder = import_example("hashing_embedder")
@@ -78,7 +76,9 @@ def lancedb_rows(target: Path) -> list[dict[str, Any]]:
 def qdrant_rows(target: Path) -> list[dict[str, Any]]:
     """Every point of the Qdrant collection as ``{"id", "vector", **payload}``, by id."""
     points = qdrant_points(target)
-    return sorted(({"id": point.id, "vector": point.vector, **point.payload} for point in points), key=lambda row: row["id"])
+    return sorted(
+        ({"id": point.id, "vector": point.vector, **point.payload} for point in points), key=lambda row: row["id"]
+    )
 
 
 STORES = {
@@ -208,7 +208,9 @@ def source_lines(document: str) -> list[str]:
 
 
 @pytest.mark.parametrize("passage_name", list(PASSAGES))
-def test_search_returns_the_chunk_holding_the_passage_with_its_source_position(loaded_store, sample_chunks, passage_name):
+def test_search_returns_the_chunk_holding_the_passage_with_its_source_position(
+    loaded_store, sample_chunks, passage_name
+):
     name, target, *_ = loaded_store
     module, _ = STORES[name]
     passage = PASSAGES[passage_name]
@@ -222,7 +224,10 @@ def test_search_returns_the_chunk_holding_the_passage_with_its_source_position(l
 
     document = (SAMPLE_CORPUS / passage.doc_id).read_bytes().decode("utf-8")
     assert document[top["start_char"] : top["end_char"]] == top["text"]
-    assert (line_of(document, top["start_char"]), line_of(document, top["end_char"] - 1)) == (top["start_line"], top["end_line"])
+    assert (line_of(document, top["start_char"]), line_of(document, top["end_char"] - 1)) == (
+        top["start_line"],
+        top["end_line"],
+    )
     lines = source_lines(document)[top["start_line"] - 1 : top["end_line"]]
     assert top["text"] in "".join(lines)
     # The chunk opens with the heading it is filed under.

@@ -43,6 +43,7 @@ CHUNKS, DOCUMENTS, ERRORS = "chunks", "documents", "errors"
 
 logger = logging.getLogger("chunkline")
 
+
 class _ChunkDocumentsFn(beam.DoFn):
     _PROGRESS_SECONDS = 10.0
 

@@ -47,7 +47,8 @@ class _ReadFileFn(beam.DoFn):
 
     def setup(self) -> None:
         self._filesystems = {
-            index: fresh_filesystem(url, self._config.storage_options)[0] for index, url in enumerate(self._config.paths)
+            index: fresh_filesystem(url, self._config.storage_options)[0]
+            for index, url in enumerate(self._config.paths)
         }
 
     def process(self, element: tuple[str, Any]) -> Iterator[SourceFile]:
@@ -84,11 +85,7 @@ class ReadMarkdown(beam.PTransform):
 
     def expand(self, pipeline: beam.pvalue.PBegin) -> beam.PCollection[SourceFile]:
         if self._matched is not None:
-            grouped = (
-                pipeline
-                | "MatchedFiles" >> beam.Create(self._matched)
-                | "SpreadReads" >> beam.Reshuffle()
-            )
+            grouped = pipeline | "MatchedFiles" >> beam.Create(self._matched) | "SpreadReads" >> beam.Reshuffle()
         else:
             grouped = (
                 pipeline

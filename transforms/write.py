@@ -38,14 +38,7 @@ import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 from fsspec.core import url_to_fs
 
-from chunkline.dataset.storage import (
-    list_files,
-    parquet_bytes,
-    read_file_bytes,
-    read_parquet_bytes,
-    storage_url,
-    write_file_atomically,
-)
+from chunkline.dataset.layout import part_name, part_shard
 from chunkline.dataset.merge import (
     PreviousSnapshot,
     ShardPlan,
@@ -56,8 +49,15 @@ from chunkline.dataset.merge import (
     sorted_unique,
     with_modified_times,
 )
-from chunkline.dataset.layout import part_name, part_shard
 from chunkline.dataset.publish import verify_part
+from chunkline.dataset.storage import (
+    list_files,
+    parquet_bytes,
+    read_file_bytes,
+    read_parquet_bytes,
+    storage_url,
+    write_file_atomically,
+)
 from chunkline.schemas import ROW_TABLES, TABLE_SCHEMAS
 from chunkline.transforms.in_process import apply_in_process
 
@@ -174,10 +174,17 @@ class _MergeShardFn(beam.DoFn):
         yield from self._write("documents", shard, documents)
         _, errors = self._merge_table("errors", shard, previous_parts, carried_ids, plan)
         yield from self._write("errors", shard, errors)
-        yield from self._write("changes/documents", shard, documents_changes(previous_documents, documents, upserted, deleted))
+        yield from self._write(
+            "changes/documents", shard, documents_changes(previous_documents, documents, upserted, deleted)
+        )
 
     def _merge_table(
-        self, table_name: str, shard: int, previous_parts: dict[str, list[str]], carried_ids: pa.Array, plan: ShardPlan | None
+        self,
+        table_name: str,
+        shard: int,
+        previous_parts: dict[str, list[str]],
+        carried_ids: pa.Array,
+        plan: ShardPlan | None,
     ) -> tuple[pa.Table, pa.Table]:
         """(the previous snapshot's rows of the shard, the shard's new rows: carried over and spilled, sorted
         by the table's key with duplicates dropped)."""
@@ -185,7 +192,9 @@ class _MergeShardFn(beam.DoFn):
         carried = previous.filter(pc.is_in(previous.column("doc_id"), carried_ids))
         if table_name == "documents" and plan is not None and carried.num_rows:
             carried = with_modified_times(carried, plan.modified_times)
-        merged = sorted_unique(pa.concat_tables([carried, self._read_spills(table_name, shard)]), TABLE_SCHEMAS[table_name][1])
+        merged = sorted_unique(
+            pa.concat_tables([carried, self._read_spills(table_name, shard)]), TABLE_SCHEMAS[table_name][1]
+        )
         return previous, merged
 
     def _plan(self, shard: int) -> ShardPlan | None:
@@ -213,7 +222,9 @@ class _MergeShardFn(beam.DoFn):
             data = self._read_verified(path)
             table = read_parquet_bytes(data, schema)
             if self._settings.previous.shards != self._settings.shards and table.num_rows:
-                in_shard = [shard_of(doc_id, self._settings.shards) == shard for doc_id in table.column("doc_id").to_pylist()]
+                in_shard = [
+                    shard_of(doc_id, self._settings.shards) == shard for doc_id in table.column("doc_id").to_pylist()
+                ]
                 table = table.filter(pa.array(in_shard))
             tables.append(table)
         return pa.concat_tables(tables)

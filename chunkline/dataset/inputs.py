@@ -160,7 +160,9 @@ def walk_local_folder(root: str, maxdepth: int | None = None) -> Iterator[Listed
                     subfolders.append((path, os.path.join(folder_real, entry.name)))
                 elif entry.is_file(follow_symlinks=False):
                     status = entry.stat(follow_symlinks=False)
-                    yield ListedEntry(_posix(path), "file", size_bytes=status.st_size, modified_time=_utc(status.st_mtime))
+                    yield ListedEntry(
+                        _posix(path), "file", size_bytes=status.st_size, modified_time=_utc(status.st_mtime)
+                    )
             except FileNotFoundError:  # gone between the listing and the look at it
                 continue
         if maxdepth is None or depth < maxdepth:
@@ -357,7 +359,9 @@ def match_input(url: str, input_index: int, config: InputConfig) -> Iterator[Sou
 
 def _listed(name: str, info: dict[str, Any]) -> ListedEntry:
     size = info.get("size")
-    return ListedEntry(name, "file", size_bytes=int(size) if size is not None else None, modified_time=_modified_time(info))
+    return ListedEntry(
+        name, "file", size_bytes=int(size) if size is not None else None, modified_time=_modified_time(info)
+    )
 
 
 def _find_files(fs: fsspec.AbstractFileSystem, path: str, url: str) -> dict[str, dict[str, Any]]:
@@ -378,14 +382,14 @@ def _find_files(fs: fsspec.AbstractFileSystem, path: str, url: str) -> dict[str,
 def _local_glob(pattern: str, root: str) -> list[ListedEntry]:
     """A glob over a local folder, walked as a folder input is, down to the glob's depth."""
     matches = re.compile(glob_translate(pattern)).match
-    depth = None if "**" in pattern else len(pattern[len(root):].strip("/").split("/"))
+    depth = None if "**" in pattern else len(pattern[len(root) :].strip("/").split("/"))
     if not os.path.isdir(root):
         raise FileNotFoundError(f"input {pattern} does not exist: its folder {root} is missing")
     listed = []
     for entry in walk_local_folder(root, maxdepth=depth):
         if entry.kind == "unlisted" or matches(entry.path):
             listed.append(entry)
-        elif entry.is_folder and (depth is None or len(entry.path[len(root):].strip("/").split("/")) < depth):
+        elif entry.is_folder and (depth is None or len(entry.path[len(root) :].strip("/").split("/")) < depth):
             listed.append(entry)  # a folder link the glob would have walked into
     return listed
 
@@ -416,7 +420,9 @@ def _source_files(
             f"folder {source_uri} could not be listed ({entry.detail}); the documents published from it "
             "before are kept as they were. Make it readable (or move it out of the input) and run again"
         )
-        yield SourceFile(doc_id, source_uri, input_index, "", None, None, problem=FileProblem("match", UNLISTED_FOLDER, message))
+        yield SourceFile(
+            doc_id, source_uri, input_index, "", None, None, problem=FileProblem("match", UNLISTED_FOLDER, message)
+        )
         return
     if not _selected(doc_id, config):
         return

@@ -92,9 +92,7 @@ _TEMPORARY_MARK = ".tmp-"
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 # Errors of ``os.link`` on filesystems without hard links (FAT, some network shares).
 _NO_HARD_LINKS = frozenset(
-    getattr(errno, name)
-    for name in ("EPERM", "ENOTSUP", "EOPNOTSUPP", "ENOSYS", "EMLINK")
-    if hasattr(errno, name)
+    getattr(errno, name) for name in ("EPERM", "ENOTSUP", "EOPNOTSUPP", "ENOSYS", "EMLINK") if hasattr(errno, name)
 )
 
 

@@ -76,7 +76,9 @@ def with_modified_times(documents: pa.Table, modified_times: dict[str, int | Non
     """``documents`` with each row's ``modified_time`` set to its file's current one."""
     column = documents.schema.get_field_index("modified_time")
     values = [modified_times.get(doc_id) for doc_id in documents.column("doc_id").to_pylist()]
-    return documents.set_column(column, documents.schema.field(column), pa.array(values, pa.int64()).cast(documents.schema.field(column).type))
+    return documents.set_column(
+        column, documents.schema.field(column), pa.array(values, pa.int64()).cast(documents.schema.field(column).type)
+    )
 
 
 def chunk_changes(previous: pa.Table, final: pa.Table, carried_ids: pa.Array) -> tuple[pa.Table, pa.Table]:

@@ -55,25 +55,23 @@ from chunkline.dataset.layout import (
     snapshot_url,
     staging_url,
 )
-from chunkline.schemas import ROW_TABLES, SCHEMA_VERSION, TABLE_SCHEMAS
+from chunkline.dataset.lock import (  # re-exported: the lock is part of this module's interface
+    LOCK_NAME,
+    ConcurrentRunError,
+    OutputLock,
+    acquire_output_lock,
+)
 from chunkline.dataset.settings import storage_secrets
 from chunkline.dataset.storage import (
     list_files,
     parquet_bytes,
     read_parquet_bytes,
-    storage_call,
     scrub_secrets,
+    storage_call,
     storage_url,
     write_file_atomically,
 )
-from chunkline.dataset.lock import (  # re-exported: the lock is part of this module's interface
-    LOCK_NAME,
-    ConcurrentRunError,
-    OutputLock,
-    _create_exclusively,
-    _lock_is_stale,
-    acquire_output_lock,
-)
+from chunkline.schemas import ROW_TABLES, SCHEMA_VERSION, TABLE_SCHEMAS
 
 __all__ = [
     "LOCK_NAME",
@@ -167,7 +165,8 @@ def publish_run(
         table_folder = join_path(snapshot_root, table)
         parts = [path for path in list_files(fs, table_folder, secrets) if path.endswith(".parquet")]
         rows = sum(
-            storage_call(lambda path=path: _row_count(fs, path), storage_url(fs, path), "read", secrets) for path in parts
+            storage_call(lambda path=path: _row_count(fs, path), storage_url(fs, path), "read", secrets)
+            for path in parts
         )
         names = [posixpath.basename(path) for path in parts]
         if not names:
@@ -198,7 +197,11 @@ def publish_run(
     try:
         _remove_unneeded(fs, root, kept, secrets)
     except Exception as error:  # the snapshot is published; what is left over goes with the next run
-        logger.warning("chunkline: published snapshot %s, but could not remove old files (%s)", run_id, scrub_secrets(str(error), secrets))
+        logger.warning(
+            "chunkline: published snapshot %s, but could not remove old files (%s)",
+            run_id,
+            scrub_secrets(str(error), secrets),
+        )
     write_file_atomically(fs, join_path(root, SUCCESS_NAME), f"{run_id}\n".encode(), secrets=secrets)
     return PublishedDataset(output_url, run_id, manifest)
 
@@ -271,7 +274,6 @@ def _remove_tree(fs, path: str, secrets: tuple[str, ...] = ()) -> None:
 # ---------------------------------------------------------------------------------------- verifying
 
 
-
 def verify_part(url: str, data: bytes) -> None:
     """Raise :class:`DamagedDatasetError` unless ``data``, read from the part at ``url``, hashes to the value
     its name carries."""
@@ -333,7 +335,9 @@ def manifest_problem(manifest: Any, snapshot: str | None = None) -> str | None:
         folder = f"{SNAPSHOTS_FOLDER}/{name}/{table}/"
         seen_shards: set[int] = set()
         for file in entry["files"]:
-            match = PART_NAME.fullmatch(file[len(folder) :]) if isinstance(file, str) and file.startswith(folder) else None
+            match = (
+                PART_NAME.fullmatch(file[len(folder) :]) if isinstance(file, str) and file.startswith(folder) else None
+            )
             if match is None:
                 return f"its {table} table names {_shown(file)}, which is not a part file of {folder}"
             shard = int(match.group(1))
@@ -413,7 +417,9 @@ def verify_snapshot(url: str, manifest: dict[str, Any], storage_options: dict[st
     secrets = tuple(storage_secrets(storage_options or {}))
     problem = _parts_problem(fs, root.rstrip("/"), manifest, secrets, read_tables=tuple(manifest["tables"]))
     if problem:
-        raise DamagedDatasetError(_damaged_message(url, manifest["snapshot"], problem, list(manifest.get("snapshots") or [])))
+        raise DamagedDatasetError(
+            _damaged_message(url, manifest["snapshot"], problem, list(manifest.get("snapshots") or []))
+        )
 
 
 @dataclass(frozen=True)
@@ -438,7 +444,11 @@ class OutputState:
 
 
 def verify_output(
-    output_url: str, storage_options: dict[str, Any] | None = None, secrets: tuple[str, ...] = (), *, repair: bool = True
+    output_url: str,
+    storage_options: dict[str, Any] | None = None,
+    secrets: tuple[str, ...] = (),
+    *,
+    repair: bool = True,
 ) -> OutputState:
     """Check the output's published state before a run builds on it; call it with the output's lock held.
 
@@ -500,7 +510,11 @@ def verify_output(
             # The root manifest may be what is wrong: the snapshot's own copy, if it differs and verifies,
             # describes the snapshot as it was published.
             own, own_problem = own_manifest(name)
-            if own is not None and own != published and not _parts_problem(fs, root, own, secrets, read_tables=ROW_TABLES):
+            if (
+                own is not None
+                and own != published
+                and not _parts_problem(fs, root, own, secrets, read_tables=ROW_TABLES)
+            ):
                 damage.append(f"the root manifest {storage_url(fs, root_path)} is damaged: {problem}")
                 chosen, root_damaged = own, True
                 continue
@@ -552,7 +566,9 @@ def _repair_success(fs, root: str, published: str | None, secrets: tuple[str, ..
 # ------------------------------------------------------------------------------------------ reading
 
 
-def read_manifest(url: str, storage_options: dict[str, Any] | None = None, *, snapshot: str | None = None) -> dict[str, Any]:
+def read_manifest(
+    url: str, storage_options: dict[str, Any] | None = None, *, snapshot: str | None = None
+) -> dict[str, Any]:
     """The manifest of the dataset published at ``url``: its latest snapshot's, or that of ``snapshot``,
     one of the snapshots the latest manifest keeps (see :func:`list_snapshots`).
 
@@ -578,7 +594,9 @@ def read_manifest(url: str, storage_options: dict[str, Any] | None = None, *, sn
         if snapshot is not None:
             return _snapshot_manifest(fs, root, url, snapshot, secrets, kept=[])
         folders = _list_folder(fs, join_path(root, SNAPSHOTS_FOLDER), secrets)
-        hint = f", or read one of the snapshot folders ({', '.join(folders[-3:])}) with --snapshot ID" if folders else ""
+        hint = (
+            f", or read one of the snapshot folders ({', '.join(folders[-3:])}) with --snapshot ID" if folders else ""
+        )
         raise DamagedDatasetError(
             f"the root manifest {storage_url(fs, path)} is damaged: {problem}; the next chunkline run on this "
             f"output publishes a new one{hint}"
@@ -591,7 +609,9 @@ def read_manifest(url: str, storage_options: dict[str, Any] | None = None, *, sn
     return _snapshot_manifest(fs, root, url, snapshot, secrets, kept=kept)
 
 
-def _snapshot_manifest(fs, root: str, url: str, snapshot: str, secrets: tuple[str, ...], *, kept: list[str]) -> dict[str, Any]:
+def _snapshot_manifest(
+    fs, root: str, url: str, snapshot: str, secrets: tuple[str, ...], *, kept: list[str]
+) -> dict[str, Any]:
     """The own manifest of ``snapshot``, checked to be well formed and to describe that snapshot."""
     if not SNAPSHOT_ID.fullmatch(snapshot):
         raise DatasetNotFoundError(f"{_shown(snapshot)} is not a snapshot id (see chunkline inspect {url})")
@@ -668,7 +688,9 @@ def read_dataset(
         try:
             data = storage_call(lambda path=path: fs.cat_file(path), storage_url(fs, path), "read", secrets)
         except FileNotFoundError:
-            raise DamagedDatasetError(_damaged_message(url, manifest["snapshot"], f"part {name} is missing", kept)) from None
+            raise DamagedDatasetError(
+                _damaged_message(url, manifest["snapshot"], f"part {name} is missing", kept)
+            ) from None
         try:
             verify_part(name, data)
         except DamagedDatasetError:

@@ -118,8 +118,11 @@ def list_inputs(config: RunConfig) -> InputListing:
             # match_input's own error names the input; another one (from the filesystem) is added to it.
             what = str(error) if str(error).startswith(f"input {url} ") else f"input {url} does not exist ({error})"
             raise PublishRefusedError(
-                scrub_secrets(f"{what}; nothing was published. Check the path (a renamed folder, an unmounted disk, a "
-                              "mistyped bucket?) and run again", secrets)
+                scrub_secrets(
+                    f"{what}; nothing was published. Check the path (a renamed folder, an unmounted disk, a "
+                    "mistyped bucket?) and run again",
+                    secrets,
+                )
             ) from None
         except StorageError as error:
             raise PublishRefusedError(
@@ -128,8 +131,11 @@ def list_inputs(config: RunConfig) -> InputListing:
         except Exception as error:
             first_line = (str(error).strip().splitlines() or [""])[0]
             raise PublishRefusedError(
-                scrub_secrets(f"cannot list input {url} ({type(error).__name__}: {first_line}); nothing was published. "
-                              "Check its permissions or storage_options and run again", secrets)
+                scrub_secrets(
+                    f"cannot list input {url} ({type(error).__name__}: {first_line}); nothing was published. "
+                    "Check its permissions or storage_options and run again",
+                    secrets,
+                )
             ) from None
         files = [source for source in found if not _is_unlisted_folder(source)]
         if not found:
@@ -249,7 +255,9 @@ def plan_rebuild(
     if full_reason is not None:
         _refuse_full_rebuild_over_unlisted(listing, previous_manifest, previous_rows, full_reason)
         published = previous_rows is not None and previous_manifest is not None
-        return _full_plan(full_reason, previous, listing, {row["doc_id"] for row in previous_rows} if published else None)
+        return _full_plan(
+            full_reason, previous, listing, {row["doc_id"] for row in previous_rows} if published else None
+        )
     assert previous_rows is not None and previous is not None
     # doc_id -> its modification time in the previous snapshot (its first row's, for a doc_id held twice).
     previous_modified: dict[str, datetime | None] = {}
@@ -264,7 +272,9 @@ def plan_rebuild(
     total = len(listing.documents)
     # With documents kept for a folder that could not be listed, only this run can keep them: never full.
     if total and len(to_chunk) > _INCREMENTAL_MAX_SHARE * total and not kept:
-        return _full_plan(f"{len(to_chunk)} of {total} documents need chunking", previous, listing, set(previous_modified))
+        return _full_plan(
+            f"{len(to_chunk)} of {total} documents need chunking", previous, listing, set(previous_modified)
+        )
     touched, moved = _shards_to_merge(config, listing, to_chunk, carried, previous_modified)
     deleted = sum(1 for doc_id in previous_modified if doc_id not in listing.documents and doc_id not in carried)
     reason = f"{len(to_chunk)} of {total} documents to chunk, {len(carried) - len(kept)} carried over, {deleted} gone"
@@ -386,7 +396,9 @@ def _full_rebuild_reason(
 def _documentless_errors(config: RunConfig, documents: dict[str, Any]) -> set[str]:
     """doc_ids of the published snapshot's error rows that belong to no document (a folder that could not be
     listed): no carried document holds them, so their shard must be merged again, not copied."""
-    errors = read_dataset(config.output.url or "", "errors", columns=["doc_id"], storage_options=config.output.storage_options)
+    errors = read_dataset(
+        config.output.url or "", "errors", columns=["doc_id"], storage_options=config.output.storage_options
+    )
     return {doc_id for doc_id in errors.column("doc_id").to_pylist() if doc_id not in documents}
 
 
@@ -420,7 +432,11 @@ def _refuse_full_rebuild_over_unlisted(
     lost = f"the {len(kept)} document(s) published from it" if kept is not None else "the documents published from it"
     others = f" (and {len(listing.unlisted) - 1} more folder(s))" if len(listing.unlisted) > 1 else ""
     # The row's message reads "folder URL could not be listed (the error); the documents ...".
-    detail = folder.problem.message.partition(" could not be listed ")[2].partition("; the documents")[0] if folder.problem else ""
+    detail = (
+        folder.problem.message.partition(" could not be listed ")[2].partition("; the documents")[0]
+        if folder.problem
+        else ""
+    )
     raise PublishRefusedError(
         f"folder {folder.source_uri}{others} could not be listed {detail}, and this run is a full rebuild ({reason}), "
         f"which cannot keep {lost}; nothing was published. Make the folder readable and run again, or move "
@@ -431,7 +447,9 @@ def _refuse_full_rebuild_over_unlisted(
 def _content_digests(sources: list[SourceFile], config: RunConfig) -> dict[str, str | None]:
     """doc_id -> SHA-256 of the file's bytes now (None if it cannot be read: it is then chunked, and the
     pipeline reports why)."""
-    filesystems = {index: fresh_filesystem(url, config.input.storage_options)[0] for index, url in enumerate(config.input.paths)}
+    filesystems = {
+        index: fresh_filesystem(url, config.input.storage_options)[0] for index, url in enumerate(config.input.paths)
+    }
     secrets = tuple(config.secrets())
 
     def digest(source: SourceFile) -> tuple[str, str | None]:
@@ -442,7 +460,9 @@ def _content_digests(sources: list[SourceFile], config: RunConfig) -> dict[str, 
                 return handle.read()
 
         try:
-            return source.doc_id, hashlib.sha256(with_storage_retries(read, source.source_uri, "read", secrets=secrets)).hexdigest()
+            return source.doc_id, hashlib.sha256(
+                with_storage_retries(read, source.source_uri, "read", secrets=secrets)
+            ).hexdigest()
         except Exception:
             return source.doc_id, None
 
@@ -473,4 +493,6 @@ def write_shard_plans(plan: RebuildPlan, config: RunConfig, staging_url: str) ->
             "rows_untouched": shard not in plan.touched_shards,
             "documents_untouched": shard not in plan.touched_shards and shard not in plan.moved_shards,
         }
-        write_file_atomically(fs, keep_plan_path(root, shard), json.dumps(data, sort_keys=True).encode(), secrets=tuple(config.secrets()))
+        write_file_atomically(
+            fs, keep_plan_path(root, shard), json.dumps(data, sort_keys=True).encode(), secrets=tuple(config.secrets())
+        )

@@ -56,7 +56,17 @@ _PERMANENT_OS_ERRORS = (
 _PERMANENT_ERRNOS = frozenset(
     getattr(errno, name)
     for name in (
-        "ENOENT", "EEXIST", "EACCES", "EPERM", "EISDIR", "ENOTDIR", "ENOSPC", "EDQUOT", "EROFS", "ENAMETOOLONG", "EINVAL"
+        "ENOENT",
+        "EEXIST",
+        "EACCES",
+        "EPERM",
+        "EISDIR",
+        "ENOTDIR",
+        "ENOSPC",
+        "EDQUOT",
+        "EROFS",
+        "ENAMETOOLONG",
+        "EINVAL",
     )
     if hasattr(errno, name)
 )
@@ -91,7 +101,16 @@ _TRANSIENT_CLASS_NAMES = frozenset(
 )
 # Error codes of an S3-style ``ClientError`` (``error.response["Error"]["Code"]``) that mean "try again".
 _TRANSIENT_SERVICE_CODES = frozenset(
-    {"InternalError", "RequestTimeout", "ServiceUnavailable", "SlowDown", "Throttling", "ThrottlingException", "500", "503"}
+    {
+        "InternalError",
+        "RequestTimeout",
+        "ServiceUnavailable",
+        "SlowDown",
+        "Throttling",
+        "ThrottlingException",
+        "500",
+        "503",
+    }
 )
 # HTTP statuses that mean "try again": timeout, throttling, server errors. Azure's SDK raises its 500 and
 # 503 ("ServerBusy") as a plain HttpResponseError that only its status code tells apart from a 403 or 404.

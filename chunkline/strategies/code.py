@@ -382,9 +382,7 @@ def markdown_cuts(document: MarkdownDocument, language: str, offsets: TokenOffse
     inside each fence over the budget."""
     text = document.text
     fences = merge_ranges(
-        (block.start_char, after_blank_lines(text, block.end_char))
-        for block in document.blocks
-        if block.kind == _FENCE
+        (block.start_char, after_blank_lines(text, block.end_char)) for block in document.blocks if block.kind == _FENCE
     )
     cuts = keep_ranges_whole(paragraph_cuts(text), fences)  # no prose cuts inside code; fence edges added
     line_starts = document.index.line_starts

@@ -42,6 +42,7 @@ from chunkline.registry import register_strategy
 
 __all__ = ["RegexParams", "RegexTimeoutError", "compile_pattern", "match_starts"]
 
+
 @dataclass(frozen=True)
 class RegexParams:
     """Parameters of the ``regex`` strategy."""

@@ -34,8 +34,6 @@ import regex
 
 from chunkline.context import ChunkContext
 from chunkline.packing import pack_units, units_from_cuts
-from chunkline.record import ChunkSpan
-from chunkline.registry import register_strategy
 from chunkline.patterns import (
     DEFAULT_TIMEOUT_SECONDS,
     check_timeout,
@@ -43,6 +41,8 @@ from chunkline.patterns import (
     finditer_within,
 )
 from chunkline.protected import merge_ranges
+from chunkline.record import ChunkSpan
+from chunkline.registry import register_strategy
 from chunkline.strategies.units import check_overlap
 from chunkline.structure import BlockKind, HeadingStack, indicator_level
 
@@ -141,9 +141,7 @@ def _range_at(ranges: list[tuple[int, int]], position: int, *, starts_inside: bo
     return position < end and (starts_inside or position > start)
 
 
-def _with_custom_paths(
-    spans: list[ChunkSpan], starts: list[int], headings: list[CustomHeading]
-) -> list[ChunkSpan]:
+def _with_custom_paths(spans: list[ChunkSpan], starts: list[int], headings: list[CustomHeading]) -> list[ChunkSpan]:
     """``spans`` with the heading path of the custom section each one starts in."""
     stack = HeadingStack()
     paths = [stack.enter(heading.level, heading.text) for heading in headings]

@@ -141,6 +141,8 @@ _SENTENCE_END = regex.compile(
 )
 # A line break followed by one or more blank (whitespace-only) lines.
 _BLANK_LINES = re.compile(rf"{_LINE_BREAK}(?:[^\S\r\n]*{_LINE_BREAK})+")
+
+
 def _gap_boundaries(matches) -> list[int]:
     """The boundary of each match of a pattern ending in a whitespace gap: the position of its group 1
     (just after the gap's last line break) when that took part, else the match's end."""

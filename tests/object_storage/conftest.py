@@ -35,8 +35,8 @@ from typing import Any
 import pytest
 import yaml
 
-from chunkline.dataset.settings import load_run_config
 from chunkline.dataset.publish import MANIFEST_NAME, SUCCESS_NAME, read_dataset, read_manifest
+from chunkline.dataset.settings import load_run_config
 from chunkline.pipelines.run import RunSummary, run_pipeline
 
 REPO = Path(__file__).resolve().parents[2]
@@ -63,7 +63,7 @@ EXTRA_DOCUMENTS: dict[str, bytes] = {
     "notes/harbour café menu.md": (
         "# Harbour café menu\n\n## Breakfast\n\nKaffee, pain au chocolat and a view of berth 3 at high tide 🌊.\n"
         "\n## Lunch\n\nFish soup (Fischsuppe), served from 11:30 while the tide gauge reads under 420 cm.\n"
-    ).encode("utf-8"),
+    ).encode(),
     "drafts/scanned-fax.md": b"# Fax from the port authority\n\nTide table for M\xe4rz, scanned at 200 dpi.\n",
     "guide/empty.md": b"",
 }
@@ -268,8 +268,16 @@ def azurite_endpoint(tmp_path_factory):
         # Port 0: Azurite takes a free port and prints it, so no other process can take it in between.
         process = subprocess.Popen(
             [
-                str(AZURITE_BLOB), "--blobHost", "127.0.0.1", "--blobPort", "0", "--location", str(folder / "data"),
-                "--silent", "--skipApiVersionCheck", "--loose",
+                str(AZURITE_BLOB),
+                "--blobHost",
+                "127.0.0.1",
+                "--blobPort",
+                "0",
+                "--location",
+                str(folder / "data"),
+                "--silent",
+                "--skipApiVersionCheck",
+                "--loose",
             ],
             stdout=output,
             stderr=subprocess.STDOUT,
@@ -385,7 +393,11 @@ def comparable_rows(url: str, storage_options: Mapping[str, Any] | None = None) 
     """The rows of each table of the dataset at ``url``, without the location columns, in key order."""
     tables = {}
     for table, location in LOCATION_COLUMNS.items():
-        rows = read_dataset(url, table, storage_options=dict(storage_options or {})).drop_columns(list(location)).to_pylist()
+        rows = (
+            read_dataset(url, table, storage_options=dict(storage_options or {}))
+            .drop_columns(list(location))
+            .to_pylist()
+        )
         keys = _SORT_KEYS[table]
         tables[table] = sorted(rows, key=lambda row: tuple(str(row[key]) for key in keys))
     return tables

@@ -25,7 +25,9 @@ from .conftest import (
 pytestmark = pytest.mark.timeout(300)
 
 
-def test_a_corpus_in_azure_is_chunked_rebuilt_and_read_back_as_a_local_run_gives_it(azure_container, local_rows, tmp_path):
+def test_a_corpus_in_azure_is_chunked_rebuilt_and_read_back_as_a_local_run_gives_it(
+    azure_container, local_rows, tmp_path
+):
     files = corpus_files()
     azure_container.upload_corpus(files)
     options = azure_container.storage_options
@@ -48,7 +50,12 @@ def test_a_corpus_in_azure_is_chunked_rebuilt_and_read_back_as_a_local_run_gives
     edited = edited_corpus(files)
     azure_container.upload_corpus(edited)
     abfs_output = azure_container.url("out/", protocol="abfs")
-    run([azure_container.url("docs/**/*.md", protocol="abfs")], abfs_output, input_options=options, output_options=options)
+    run(
+        [azure_container.url("docs/**/*.md", protocol="abfs")],
+        abfs_output,
+        input_options=options,
+        output_options=options,
+    )
     second = published_manifest(azure_container, "out")
     assert second["run_id"] != first["run_id"]
     assert comparable_rows(output, options) == local_rows(edited)

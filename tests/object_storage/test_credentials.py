@@ -56,7 +56,9 @@ def _local_files(root: Path, *, besides: tuple[Path, ...] = ()) -> dict[str, byt
 
 
 @pytest.mark.parametrize("source", ["environment", "profile", "storage_options"])
-def test_s3_credentials_reach_s3_and_are_never_written_or_logged(source, s3_bucket, moto_endpoint, tmp_path, monkeypatch, caplog):
+def test_s3_credentials_reach_s3_and_are_never_written_or_logged(
+    source, s3_bucket, moto_endpoint, tmp_path, monkeypatch, caplog
+):
     files = {**corpus_files(), PRIVATE: b"# Harbour master\n\nThe night shift's radio codes.\n"}
     s3_bucket.upload_corpus(files)
     bucket = s3_bucket.container
@@ -93,19 +95,30 @@ def test_s3_credentials_reach_s3_and_are_never_written_or_logged(source, s3_buck
     with iam_checks():
         # From S3 to a local dataset, then from S3 to S3; the private document is an error row.
         run([s3_bucket.url("docs/**/*.md")], str(local_output), input_options=options)
-        summary = run([s3_bucket.url("docs/**/*.md")], s3_bucket.url("out/"), input_options=options, output_options=options)
+        summary = run(
+            [s3_bucket.url("docs/**/*.md")], s3_bucket.url("out/"), input_options=options, output_options=options
+        )
         with pytest.raises(Exception) as refused:
-            run([s3_bucket.url("docs/**/*.md")], s3_bucket.url("locked/"), input_options=options, output_options=options)
+            run(
+                [s3_bucket.url("docs/**/*.md")], s3_bucket.url("locked/"), input_options=options, output_options=options
+            )
 
     assert {row["doc_id"] for row in summary.errors} == {PRIVATE, NOT_UTF8}
     (denied,) = [row for row in summary.errors if row["doc_id"] == PRIVATE]
     assert denied["error_type"] == "PermissionError" and s3_bucket.url(f"docs/{PRIVATE}") in denied["message"]
     assert s3_bucket.url("locked/") in str(refused.value)
-    assert read_dataset(str(local_output)).num_rows == read_dataset(s3_bucket.url("out/"), storage_options=s3_bucket.storage_options).num_rows
+    assert (
+        read_dataset(str(local_output)).num_rows
+        == read_dataset(s3_bucket.url("out/"), storage_options=s3_bucket.storage_options).num_rows
+    )
 
     forms = _forms(secret) if source != "storage_options" else _forms(secret, key)
     places = {
-        **{f"s3://{bucket}/{name}": data for name, data in s3_bucket.objects().items() if name.startswith(("out/", "locked/"))},
+        **{
+            f"s3://{bucket}/{name}": data
+            for name, data in s3_bucket.objects().items()
+            if name.startswith(("out/", "locked/"))
+        },
         **_local_files(tmp_path, besides=(credentials_file,)),
         "log": caplog.text.encode(),
         "error message": str(refused.value).encode(),
@@ -132,7 +145,9 @@ def _sas_connection_string(endpoint: str, permission: str) -> tuple[str, str]:
     return f"BlobEndpoint={endpoint};SharedAccessSignature={sas}", sas
 
 
-def test_azure_sas_credentials_reach_azure_and_are_never_written_or_logged(azure_container, azurite_endpoint, tmp_path, caplog):
+def test_azure_sas_credentials_reach_azure_and_are_never_written_or_logged(
+    azure_container, azurite_endpoint, tmp_path, caplog
+):
     azure_container.upload_corpus(corpus_files())
     connection_string, sas = _sas_connection_string(azurite_endpoint, "rwdlac")
     signature = parse_qs(sas)["sig"][0]
@@ -145,7 +160,9 @@ def test_azure_sas_credentials_reach_azure_and_are_never_written_or_logged(azure
     ran = chunkline_cli(["run", azure_container.url("docs/**/*.md"), "--output", output], environment, cwd=tmp_path)
     assert ran.returncode == 0, ran.stderr.decode()
     inspected = chunkline_cli(
-        ["inspect", output, "--errors", "5"], clean_environment(AZURE_STORAGE_CONNECTION_STRING=connection_string), cwd=tmp_path
+        ["inspect", output, "--errors", "5"],
+        clean_environment(AZURE_STORAGE_CONNECTION_STRING=connection_string),
+        cwd=tmp_path,
     )
     assert inspected.returncode == 0, inspected.stderr.decode()
     assert NOT_UTF8 in inspected.stdout.decode()
@@ -208,14 +225,21 @@ EVERY_KIND_OF_CREDENTIAL = {
 def test_every_credential_option_of_the_object_store_filesystems_is_a_secret():
     from chunkline.dataset.settings import RunConfig
 
-    config = RunConfig.from_dict({name: {"storage_options": options} for name, options in EVERY_KIND_OF_CREDENTIAL.items()})
+    config = RunConfig.from_dict(
+        {name: {"storage_options": options} for name, options in EVERY_KIND_OF_CREDENTIAL.items()}
+    )
     secrets = set(config.secrets())
     for options in EVERY_KIND_OF_CREDENTIAL.values():
         for value in options.values():
             for text in value.values() if isinstance(value, dict) else [value]:
                 assert text in secrets
     # The parts a message may carry alone: a connection string's key, a SAS signature decoded and encoded.
-    assert {"connkey/Zm9v+YmFy==", "SaSsIg+value/1=", "SaSsIg%2Bvalue%2F1%3D", quote("output-account-key-77f0==", safe="")} <= secrets
+    assert {
+        "connkey/Zm9v+YmFy==",
+        "SaSsIg+value/1=",
+        "SaSsIg%2Bvalue%2F1%3D",
+        quote("output-account-key-77f0==", safe=""),
+    } <= secrets
     public = repr(config.to_public_dict())
     assert not [secret for secret in secrets if secret in public and secret not in ("harbourstorage", "eu-west-1")]
 
@@ -241,7 +265,9 @@ def test_a_storage_error_that_repeats_the_request_url_does_not_reveal_the_sas_of
 
     caplog.set_level(logging.WARNING, logger="chunkline")
     with pytest.raises(StorageError) as caught:
-        with_storage_retries(put, "az://chunks/out/_manifest.json", "write", secrets=tuple(config.secrets()), sleep=lambda _: None)
+        with_storage_retries(
+            put, "az://chunks/out/_manifest.json", "write", secrets=tuple(config.secrets()), sleep=lambda _: None
+        )
     message = str(caught.value)
     assert "still failing after 5 attempts" in message and "503" in message and "chunks/out/_manifest.json" in message
     for text in (message, caplog.text):

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from chunkline.dataset.publish import (
+from chunkline.dataset.lock import (
     LOCK_NAME,
     ConcurrentRunError,
     _create_exclusively,

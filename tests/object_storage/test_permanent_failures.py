@@ -59,12 +59,18 @@ def s3_user_with_policy(endpoint: str, statements: list[dict]) -> tuple[str, str
     import boto3
 
     iam = boto3.client(
-        "iam", endpoint_url=endpoint, aws_access_key_id="store-admin", aws_secret_access_key="store-admin-secret", region_name=S3_REGION
+        "iam",
+        endpoint_url=endpoint,
+        aws_access_key_id="store-admin",
+        aws_secret_access_key="store-admin-secret",
+        region_name=S3_REGION,
     )
     user = unique_name("user")
     iam.create_user(UserName=user)
     iam.put_user_policy(
-        UserName=user, PolicyName="chunkline", PolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": statements})
+        UserName=user,
+        PolicyName="chunkline",
+        PolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": statements}),
     )
     key = iam.create_access_key(UserName=user)["AccessKey"]
     return key["AccessKeyId"], key["SecretAccessKey"]
@@ -116,7 +122,9 @@ def test_s3_access_denied_at_the_commit_point_ends_the_run_and_the_previous_data
         message = _fails_quickly_naming(
             s3_bucket.url(f"out/{MANIFEST_NAME}"),
             caplog,
-            lambda: run([s3_bucket.url("docs/**/*.md")], s3_bucket.url("out/"), input_options=role, output_options=role),
+            lambda: run(
+                [s3_bucket.url("docs/**/*.md")], s3_bucket.url("out/"), input_options=role, output_options=role
+            ),
         )
     assert "Access Denied" in message and secret not in message
 
@@ -138,7 +146,9 @@ def _one_document(folder: Path) -> Path:
     return folder / "docs"
 
 
-def test_s3_credentials_that_are_not_valid_end_the_run_and_the_previous_dataset_stays(s3_bucket, moto_endpoint, local_rows, caplog, tmp_path):
+def test_s3_credentials_that_are_not_valid_end_the_run_and_the_previous_dataset_stays(
+    s3_bucket, moto_endpoint, local_rows, caplog, tmp_path
+):
     first, before, _ = _publish_first(s3_bucket, local_rows)
     revoked = s3_options(moto_endpoint, "AKIAREVOKED000000000", f"revoked-{uuid.uuid4().hex}")
     with iam_checks():
@@ -149,7 +159,10 @@ def test_s3_credentials_that_are_not_valid_end_the_run_and_the_previous_dataset_
         )
     assert revoked["secret"] not in message
     assert s3_bucket.objects("out/") == before
-    assert read_dataset(s3_bucket.url("out/"), storage_options=s3_bucket.storage_options).num_rows == first["tables"]["chunks"]["rows"]
+    assert (
+        read_dataset(s3_bucket.url("out/"), storage_options=s3_bucket.storage_options).num_rows
+        == first["tables"]["chunks"]["rows"]
+    )
 
 
 def test_s3_output_bucket_that_does_not_exist_ends_the_run_and_is_not_created(s3_bucket, caplog, tmp_path):

@@ -44,7 +44,9 @@ def test_a_corpus_in_s3_is_chunked_rebuilt_and_read_back_as_a_local_run_gives_it
         assert row["source_uri"] == s3_bucket.url(f"docs/{row['doc_id']}")
         with fsspec.open(row["source_uri"], "rb", **options) as handle:
             assert handle.read() == files[row["doc_id"]]
-    assert {row["doc_id"] for row in read_dataset(output, "chunks", storage_options=options).to_pylist()} == set(files) - {NOT_UTF8}
+    assert {row["doc_id"] for row in read_dataset(output, "chunks", storage_options=options).to_pylist()} == set(
+        files
+    ) - {NOT_UTF8}
 
     # A day of edits, then the rebuild in the same process (where s3fs still holds the first run's listing
     # of the edited objects): the new rows, and no object of the first run that nothing names.

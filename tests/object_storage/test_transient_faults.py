@@ -34,8 +34,8 @@ from botocore.exceptions import (
 from s3fs.errors import translate_boto_error
 
 import chunkline.dataset.storage as files_module
-from chunkline.dataset.storage import is_transient_storage_error
 from chunkline.dataset.publish import LOCK_NAME, MANIFEST_NAME
+from chunkline.dataset.storage import is_transient_storage_error
 
 from .conftest import AZURITE_ACCOUNT, NOT_UTF8, comparable_rows, corpus_files, published_manifest, run
 
@@ -77,7 +77,9 @@ def azure_http_error(status: int, code: str, message: str) -> HttpResponseError:
 
 S3_TRANSIENT_ERRORS: dict[str, Callable[[], BaseException]] = {
     "SlowDown": lambda: s3_service_error("SlowDown", 503, "Please reduce your request rate."),
-    "InternalError": lambda: s3_service_error("InternalError", 500, "We encountered an internal error. Please try again."),
+    "InternalError": lambda: s3_service_error(
+        "InternalError", 500, "We encountered an internal error. Please try again."
+    ),
     "EndpointConnectionError": lambda: EndpointConnectionError(endpoint_url="https://s3.eu-west-1.amazonaws.com"),
     "ReadTimeoutError": lambda: ReadTimeoutError(endpoint_url="https://s3.eu-west-1.amazonaws.com"),
     "ConnectionClosedError": lambda: ConnectionClosedError(endpoint_url="https://s3.eu-west-1.amazonaws.com"),
@@ -87,16 +89,24 @@ S3_TRANSIENT_ERRORS: dict[str, Callable[[], BaseException]] = {
 }
 
 AZURE_TRANSIENT_ERRORS: dict[str, Callable[[], BaseException]] = {
-    "ServerBusy": lambda: azure_http_error(503, "ServerBusy", "The server is currently unable to receive requests. Please retry your request."),
-    "InternalError": lambda: azure_http_error(500, "InternalError", "The server encountered an internal error. Please retry the request."),
-    "OperationTimedOut": lambda: azure_http_error(500, "OperationTimedOut", "The operation could not be completed within the permitted time."),
+    "ServerBusy": lambda: azure_http_error(
+        503, "ServerBusy", "The server is currently unable to receive requests. Please retry your request."
+    ),
+    "InternalError": lambda: azure_http_error(
+        500, "InternalError", "The server encountered an internal error. Please retry the request."
+    ),
+    "OperationTimedOut": lambda: azure_http_error(
+        500, "OperationTimedOut", "The operation could not be completed within the permitted time."
+    ),
     "ServiceResponseError": lambda: ServiceResponseError("Connection reset by peer"),
     "ServiceRequestError": lambda: ServiceRequestError("Cannot connect to host 127.0.0.1:10000"),
 }
 
 S3_PERMANENT_ERRORS: dict[str, Callable[[], BaseException]] = {
     "AccessDenied": lambda: s3_service_error("AccessDenied", 403, "Access Denied"),
-    "InvalidAccessKeyId": lambda: s3_service_error("InvalidAccessKeyId", 403, "The AWS Access Key Id you provided does not exist in our records."),
+    "InvalidAccessKeyId": lambda: s3_service_error(
+        "InvalidAccessKeyId", 403, "The AWS Access Key Id you provided does not exist in our records."
+    ),
     "NoSuchBucket": lambda: s3_service_error("NoSuchBucket", 404, "The specified bucket does not exist"),
     "NoSuchKey": lambda: s3_service_error("NoSuchKey", 404, "The specified key does not exist."),
     "InvalidBucketName": lambda: s3_service_error("InvalidBucketName", 400, "The specified bucket is not valid."),
@@ -104,11 +114,19 @@ S3_PERMANENT_ERRORS: dict[str, Callable[[], BaseException]] = {
 }
 
 AZURE_PERMANENT_ERRORS: dict[str, Callable[[], BaseException]] = {
-    "AuthenticationFailed": lambda: azure_http_error(403, "AuthenticationFailed", "Server failed to authenticate the request."),
-    "AuthorizationPermissionMismatch": lambda: azure_http_error(403, "AuthorizationPermissionMismatch", "This request is not authorized to perform this operation using this permission."),
+    "AuthenticationFailed": lambda: azure_http_error(
+        403, "AuthenticationFailed", "Server failed to authenticate the request."
+    ),
+    "AuthorizationPermissionMismatch": lambda: azure_http_error(
+        403,
+        "AuthorizationPermissionMismatch",
+        "This request is not authorized to perform this operation using this permission.",
+    ),
     "ContainerNotFound": lambda: azure_http_error(404, "ContainerNotFound", "The specified container does not exist."),
     "BlobNotFound": lambda: azure_http_error(404, "BlobNotFound", "The specified blob does not exist."),
-    "InvalidResourceName": lambda: azure_http_error(400, "InvalidResourceName", "The specifed resource name contains invalid characters."),
+    "InvalidResourceName": lambda: azure_http_error(
+        400, "InvalidResourceName", "The specifed resource name contains invalid characters."
+    ),
 }
 
 
@@ -142,14 +160,24 @@ def _raised_by_the_azure_client(error: BaseException) -> BaseException:
     + [
         (lambda: _raised_by_adlfs_upload(_raised_by_the_azure_client(AZURE_TRANSIENT_ERRORS["ServerBusy"]())), True),
         (lambda: _raised_by_adlfs_upload(AZURE_TRANSIENT_ERRORS["ServiceResponseError"]()), True),
-        (lambda: _raised_by_adlfs_upload(_raised_by_the_azure_client(AZURE_PERMANENT_ERRORS["AuthenticationFailed"]())), False),
+        (
+            lambda: _raised_by_adlfs_upload(
+                _raised_by_the_azure_client(AZURE_PERMANENT_ERRORS["AuthenticationFailed"]())
+            ),
+            False,
+        ),
         (lambda: _raised_by_adlfs_upload(ValueError("block id is not valid base64")), False),
     ],
     ids=[f"s3-{name}" for name in S3_TRANSIENT_ERRORS]
     + [f"s3-{name}" for name in S3_PERMANENT_ERRORS]
     + [f"azure-{name}" for name in AZURE_TRANSIENT_ERRORS]
     + [f"azure-{name}" for name in AZURE_PERMANENT_ERRORS]
-    + ["adlfs-upload-ServerBusy", "adlfs-upload-ServiceResponseError", "adlfs-upload-AuthenticationFailed", "adlfs-upload-ValueError"],
+    + [
+        "adlfs-upload-ServerBusy",
+        "adlfs-upload-ServiceResponseError",
+        "adlfs-upload-AuthenticationFailed",
+        "adlfs-upload-ValueError",
+    ],
 )
 def test_the_errors_s3fs_and_adlfs_raise_are_told_apart(make, transient):
     assert is_transient_storage_error(make()) is transient
@@ -277,7 +305,10 @@ def azure_faults(monkeypatch, azure_container):
 
 def _part_names(manifest) -> dict[str, list[str]]:
     """Table -> the names of its part files (which carry a hash of their bytes)."""
-    return {table: sorted(posixpath.basename(name) for name in entry["files"]) for table, entry in manifest["tables"].items()}
+    return {
+        table: sorted(posixpath.basename(name) for name in entry["files"])
+        for table, entry in manifest["tables"].items()
+    }
 
 
 def _run_with_and_without_faults(store, install, fail_times, caplog, only=Faults.only) -> Faults:
@@ -314,7 +345,9 @@ def _not_the_lock(kind: str, target: str) -> bool:
 
 
 def test_s3_reads_and_writes_that_fail_are_retried_and_the_dataset_is_the_same(s3_bucket, s3_faults, caplog):
-    faults = _run_with_and_without_faults(s3_bucket, s3_faults, {"read": 2, "write": 1, "copy": 1}, caplog, _not_the_lock)
+    faults = _run_with_and_without_faults(
+        s3_bucket, s3_faults, {"read": 2, "write": 1, "copy": 1}, caplog, _not_the_lock
+    )
     failed = {(kind, target) for kind, target, _ in faults.failed}
     # Every document (twice: two retries in a row), staged files, parts and the manifest failed.
     assert {("read", f"docs/{name}") for name, data in corpus_files().items() if data} <= failed
@@ -324,7 +357,9 @@ def test_s3_reads_and_writes_that_fail_are_retried_and_the_dataset_is_the_same(s
     assert "attempt 2 of 5, retrying" in caplog.text
 
 
-def test_azure_reads_and_writes_that_fail_are_retried_and_the_dataset_is_the_same(azure_container, azure_faults, caplog):
+def test_azure_reads_and_writes_that_fail_are_retried_and_the_dataset_is_the_same(
+    azure_container, azure_faults, caplog
+):
     faults = _run_with_and_without_faults(azure_container, azure_faults, {"read": 2, "write": 1}, caplog, _not_the_lock)
     failed = {(kind, target) for kind, target, _ in faults.failed}
     assert {("read", f"docs/{name}") for name, data in corpus_files().items() if data} <= failed
@@ -349,7 +384,11 @@ def test_s3_listing_of_the_input_that_fails_is_retried_and_no_document_is_lost(s
 
 def test_s3_reads_and_writes_of_the_output_lock_that_fail_are_retried(s3_bucket, s3_faults, caplog):
     faults = _run_with_and_without_faults(
-        s3_bucket, s3_faults, {"read": 1, "write": 1, "delete": 1}, caplog, lambda kind, target: not _not_the_lock(kind, target)
+        s3_bucket,
+        s3_faults,
+        {"read": 1, "write": 1, "delete": 1},
+        caplog,
+        lambda kind, target: not _not_the_lock(kind, target),
     )
     assert {kind for kind, _, _ in faults.failed} >= {"read", "write"}
 

@@ -23,8 +23,8 @@ import pytest
 from fsspec.core import url_to_fs
 
 import chunkline
-from chunkline.dataset.settings import load_run_config
 from chunkline.dataset.publish import read_dataset, read_manifest
+from chunkline.dataset.settings import load_run_config
 from chunkline.pipelines.run import RunSummary, run_pipeline
 from chunkline.record import Chunk
 
@@ -104,12 +104,16 @@ Stop the service, upgrade the package and start it again. Readings buffered on d
 restart, so no reading is lost.
 """
 
-TUNING = "# Tuning the collector\n\n## Flush interval\n\n" + "\n\n".join(
-    f"Step {n}: raise `flush_interval` to {n * 5} s on berth {n % 7} and watch the queue depth. If the "
-    f"p95 latency stays under {100 + n * 3} ms for an hour, keep the setting and note it in the operations "
-    "log; otherwise roll back and open a ticket with the graphs attached."
-    for n in range(1, 31)
-) + "\n\n## Buffer size\n\nThe buffer holds 10 000 readings; raise it only together with the disk quota.\n"
+TUNING = (
+    "# Tuning the collector\n\n## Flush interval\n\n"
+    + "\n\n".join(
+        f"Step {n}: raise `flush_interval` to {n * 5} s on berth {n % 7} and watch the queue depth. If the "
+        f"p95 latency stays under {100 + n * 3} ms for an hour, keep the setting and note it in the operations "
+        "log; otherwise roll back and open a ticket with the graphs attached."
+        for n in range(1, 31)
+    )
+    + "\n\n## Buffer size\n\nThe buffer holds 10 000 readings; raise it only together with the disk quota.\n"
+)
 
 API = """\
 API reference
@@ -233,7 +237,9 @@ def table_digests(url: Any, tables: Iterable[str] = ("chunks", "documents")) -> 
     digests = {}
     for table in tables:
         for name in published["tables"][table]["files"]:
-            digests[f"{table}/{posixpath.basename(name)}"] = hashlib.sha256(fs.cat_file(f"{root.rstrip('/')}/{name}")).hexdigest()
+            digests[f"{table}/{posixpath.basename(name)}"] = hashlib.sha256(
+                fs.cat_file(f"{root.rstrip('/')}/{name}")
+            ).hexdigest()
     return digests
 
 
@@ -274,7 +280,10 @@ def as_chunk(row: Mapping[str, Any]) -> Chunk:
 
 def rebuild_documents(url: Any) -> dict[str, str]:
     """doc_id -> the document text rebuilt from its chunk rows with ``chunkline.reconstruct``."""
-    return {doc_id: chunkline.reconstruct([as_chunk(row) for row in group]) for doc_id, group in rows_by_doc(url, "chunks").items()}
+    return {
+        doc_id: chunkline.reconstruct([as_chunk(row) for row in group])
+        for doc_id, group in rows_by_doc(url, "chunks").items()
+    }
 
 
 def assert_document_chunks(chunk_rows: list[dict[str, Any]], data: bytes, text: str | None = None) -> None:

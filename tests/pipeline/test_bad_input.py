@@ -17,8 +17,8 @@ import pytest
 import yaml
 
 import chunkline
-import chunkline.transforms.chunk as chunk_module
 import chunkline.dataset.inputs as inputs_module
+import chunkline.transforms.chunk as chunk_module
 import chunkline.transforms.read as read_module
 from chunkline.pipelines.cli import main
 
@@ -60,7 +60,7 @@ def huge_markdown() -> bytes:
 def unsafe_front_matter(marker: Path) -> bytes:
     return (
         "---\n"
-        f"title: !!python/object/apply:os.system [\"touch {marker}\"]\n"
+        f'title: !!python/object/apply:os.system ["touch {marker}"]\n'
         "author: mallory\n"
         "---\n"
         "# Looks harmless\n\nBut its front matter asks the YAML loader to run a command.\n"
@@ -205,10 +205,19 @@ def test_good_documents_are_the_same_as_in_a_corpus_without_bad_files(bad, tmp_p
 
     def comparable(output):
         return sorted(
-            (row["doc_id"], row["chunk_index"], row["text"], row["start_char"], row["end_char"], row["token_count"],
-             tuple(row["heading_path"]), row["chunk_uuid"])
+            (
+                row["doc_id"],
+                row["chunk_index"],
+                row["text"],
+                row["start_char"],
+                row["end_char"],
+                row["token_count"],
+                tuple(row["heading_path"]),
+                row["chunk_uuid"],
+            )
             for row in rows(output, "chunks")
         )
+
     assert comparable(bad["strict"]) == comparable(tmp_path / "out")
 
 

@@ -106,7 +106,9 @@ def test_environment_overrides_and_set_on_top(corpus, tmp_path, monkeypatch, cap
 
     # --set wins over the environment.
     output = tmp_path / "set"
-    assert main(["run", str(corpus), "--output", str(output), "--set", "max_tokens=200", "--set", "output.shards=3"]) == 0
+    assert (
+        main(["run", str(corpus), "--output", str(output), "--set", "max_tokens=200", "--set", "output.shards=3"]) == 0
+    )
     found = manifest(output)
     assert found["config"]["chunking"]["max_tokens"] == 200
     assert found["config"]["output"]["shards"] == 3
@@ -166,7 +168,10 @@ def test_inspect(corpus, tmp_path, capsys):
     assert text.startswith(f"dataset {output}\n")
     assert f"run {found['run_id']}" in text
     assert "strategy headings, max_tokens 150, overlap_tokens 50, tokenizer cl100k_base" in text
-    assert re.search(rf"chunks\s+{found['tables']['chunks']['rows']:,} rows in {len(found['tables']['chunks']['files'])} file\(s\)", text)
+    assert re.search(
+        rf"chunks\s+{found['tables']['chunks']['rows']:,} rows in {len(found['tables']['chunks']['files'])} file\(s\)",
+        text,
+    )
     assert f"documents: {len(CORPUS)} ok, 0 error, 0 skipped" in text
     histogram = re.findall(r"^\s+(\d+)-(\d+)\s+([\d,]+) #*$", text, re.MULTILINE)
     assert sum(int(count.replace(",", "")) for _, _, count in histogram) == found["tables"]["chunks"]["rows"]
@@ -198,8 +203,20 @@ def test_chunk_jsonl_prints_every_chunk_column(corpus, tmp_path, capsys):
     output = tmp_path / "out"
     assert main(["run", str(corpus), "--output", str(output)]) == 0
     pipeline_rows = rows_by_doc(output, "chunks")["guide/advanced/tuning.md"]
-    columns = ("chunk_index", "text", "start_char", "end_char", "start_byte", "end_byte", "start_line",
-               "end_line", "heading_path", "token_count", "is_sub_split", "content_sha256")
+    columns = (
+        "chunk_index",
+        "text",
+        "start_char",
+        "end_char",
+        "start_byte",
+        "end_byte",
+        "start_line",
+        "end_line",
+        "heading_path",
+        "token_count",
+        "is_sub_split",
+        "content_sha256",
+    )
     assert [tuple(r[c] for c in columns) for r in records] == [tuple(r[c] for c in columns) for r in pipeline_rows]
 
 
@@ -224,7 +241,9 @@ def test_chunk_skips_what_the_pipeline_refuses_to_decode(tmp_path, capsys):
     captured = capsys.readouterr()
     err = captured.err
     for name in ("controls.md", "logo.md"):
-        assert f"{name}: file is binary (control bytes or NUL bytes in invalid UTF-8), not markdown text; skipped" in err
+        assert (
+            f"{name}: file is binary (control bytes or NUL bytes in invalid UTF-8), not markdown text; skipped" in err
+        )
     assert "latin1.md: not valid UTF-8 (byte 5: invalid continuation byte); skipped" in err
     assert "1 file(s), 1 chunk(s)" in captured.out and "3 file(s) could not be read" in captured.out
     output = tmp_path / "out"

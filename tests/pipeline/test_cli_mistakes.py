@@ -224,9 +224,7 @@ LATE_FAILURES = {
 
 
 @pytest.mark.parametrize(("setting", "message"), LATE_FAILURES.values(), ids=LATE_FAILURES.keys())
-def test_a_setting_that_would_fail_every_document_exits_2_before_the_pipeline(
-    docs, tmp_path, capsys, setting, message
-):
+def test_a_setting_that_would_fail_every_document_exits_2_before_the_pipeline(docs, tmp_path, capsys, setting, message):
     output = tmp_path / "out"
     regex = ["--set", "chunking.strategy=regex", "--set", "chunking.regex.pattern=^#"]
     assert main(["run", str(docs), "--output", str(output), *regex, "--set", setting]) == 2

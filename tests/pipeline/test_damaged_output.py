@@ -25,7 +25,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import chunkline.pipelines.run as run_module
-from chunkline.pipelines.cli import main
 from chunkline.dataset.publish import (
     DamagedDatasetError,
     manifest_problem,
@@ -34,6 +33,7 @@ from chunkline.dataset.publish import (
     verify_output,
     verify_part,
 )
+from chunkline.pipelines.cli import main
 from chunkline.schemas import TABLE_SCHEMAS
 
 from .conftest import run, write_corpus, write_files
@@ -55,7 +55,9 @@ class History:
 
 def edit_add_and_delete(corpus: Path) -> None:
     installation = corpus / "guide/installation.md"
-    installation.write_bytes(installation.read_bytes().replace(b"## Upgrading", b"## Upgrading\n\nRead the release notes first.\n"))
+    installation.write_bytes(
+        installation.read_bytes().replace(b"## Upgrading", b"## Upgrading\n\nRead the release notes first.\n")
+    )
     write_files(corpus, {"guide/faq.md": b"# FAQ\n\n## Late readings\n\nThe dashboard refreshes every five minutes.\n"})
     (corpus / "CHANGELOG.md").unlink()
 
@@ -281,7 +283,10 @@ def _part_name(shard: int, data: bytes) -> str:
 
 
 @given(
-    data=st.binary(min_size=1, max_size=512), shard=st.integers(0, 99_999), position=st.integers(0, 511), bit=st.integers(0, 7)
+    data=st.binary(min_size=1, max_size=512),
+    shard=st.integers(0, 99_999),
+    position=st.integers(0, 511),
+    bit=st.integers(0, 7),
 )
 def test_a_part_verifies_exactly_when_its_bytes_are_the_ones_its_name_hashes(data, shard, position, bit):
     name = f"snapshots/x/chunks/{_part_name(shard, data)}"
@@ -296,8 +301,20 @@ def test_a_part_verifies_exactly_when_its_bytes_are_the_ones_its_name_hashes(dat
 SNAPSHOT = "20261201T101500.123456Z-3f9a1c"
 _SEGMENTS = st.sampled_from(
     [
-        "snapshots", SNAPSHOT, "20250101T000000.000000Z-aaaaaa", "chunks", "documents", "changes", "upserts",
-        "..", ".", "", "/", "part-00001-0123456789abcdef.parquet", "outside.parquet", "two\nlines",
+        "snapshots",
+        SNAPSHOT,
+        "20250101T000000.000000Z-aaaaaa",
+        "chunks",
+        "documents",
+        "changes",
+        "upserts",
+        "..",
+        ".",
+        "",
+        "/",
+        "part-00001-0123456789abcdef.parquet",
+        "outside.parquet",
+        "two\nlines",
     ]
 )
 

@@ -12,20 +12,20 @@ import json
 import os
 
 import pytest
+from hostile_corpus import front_matter_billion_laughs, front_matter_odd_keys, front_matter_recursive_alias
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_front_matter import yaml_front_matter
 
 import chunkline.registry as registry_module
 import chunkline.transforms.chunk as chunk_module
 from chunkline import parse_markdown
 from chunkline.config import ChunkConfig
+from chunkline.dataset.inputs import SourceFile
 from chunkline.pipelines.cli import main
 from chunkline.record import ChunkSpan
 from chunkline.strategies.headings import HeadingsParams
 from chunkline.transforms.chunk import ChunkDocuments
-from chunkline.dataset.inputs import SourceFile
-from hostile_corpus import front_matter_billion_laughs, front_matter_odd_keys, front_matter_recursive_alias
-from test_front_matter import yaml_front_matter
 
 from .conftest import CORPUS, assert_document_chunks, documents, rows, rows_by_doc, write_files
 
@@ -106,11 +106,13 @@ def test_front_matter_with_odd_keys_aliases_and_recursion_publishes_with_every_d
     assert "recursive alias" in docs["loop.md"]["message"]
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 @given(bodies=st.lists(yaml_front_matter(), min_size=3, max_size=12))
 def test_generated_yaml_front_matter_always_publishes_one_row_per_document(tmp_path_factory, bodies):
     files = {
-        f"generated/doc{number}.md": f"---\n{body}---\n# Document {number}\n\nBody text {number}.\n".encode("utf-8")
+        f"generated/doc{number}.md": f"---\n{body}---\n# Document {number}\n\nBody text {number}.\n".encode()
         for number, body in enumerate(bodies)
     }
     corpus = write_files(tmp_path_factory.mktemp("corpus"), {"README.md": CORPUS["README.md"], **files})

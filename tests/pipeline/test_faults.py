@@ -30,10 +30,10 @@ import chunkline.registry as registry_module
 import chunkline.transforms.chunk as chunk_module
 import chunkline.transforms.read as read_module
 import chunkline.transforms.write as write_module
-from chunkline.dataset.storage import StorageError, is_transient_storage_error, with_storage_retries
-from chunkline.schemas import ROW_TABLES, TABLE_SCHEMAS
-from chunkline.strategies.headings import HeadingsParams
 from chunkline.dataset.inputs import SourceFile
+from chunkline.dataset.storage import StorageError, is_transient_storage_error, with_storage_retries
+from chunkline.schemas import ROW_TABLES
+from chunkline.strategies.headings import HeadingsParams
 from chunkline.transforms.write import WriteSettings
 
 from .conftest import (
@@ -129,7 +129,9 @@ class WorkerCrash(RuntimeError):
     [read_module._ReadFileFn, chunk_module._ChunkDocumentsFn, write_module._SpillRowsFn],
     ids=["read", "chunk", "spill"],
 )
-def test_an_exception_escaping_a_dofn_on_the_nth_element_fails_the_run_and_publishes_nothing(tmp_path, monkeypatch, dofn):
+def test_an_exception_escaping_a_dofn_on_the_nth_element_fails_the_run_and_publishes_nothing(
+    tmp_path, monkeypatch, dofn
+):
     root = write_corpus(tmp_path / "corpus")
     output = tmp_path / "dataset"
     run([root], output)
@@ -464,8 +466,10 @@ def test_rows_staged_twice_by_a_retried_bundle_are_merged_once(tmp_path):
             if name.startswith("chunks/")
             for row in pq.read_table(_buffer(data), columns=["doc_id", "chunk_index"]).to_pylist()
         ]
-        assert len(chunk_keys) == len(set(chunk_keys)) == sum(
-            1 for element in elements for table, _ in element if table == "chunks"
+        assert (
+            len(chunk_keys)
+            == len(set(chunk_keys))
+            == sum(1 for element in elements for table, _ in element if table == "chunks")
         )
 
 

@@ -29,7 +29,7 @@ from chunkline.dataset.publish import (
 )
 from chunkline.schemas import ROW_TABLES
 
-from .conftest import CORPUS, assert_document_chunks, rows, rows_by_doc, run, table_digests, write_corpus, write_files
+from .conftest import CORPUS, assert_document_chunks, rows, rows_by_doc, run, table_digests, write_files
 from .test_killed_run import STALLED_RUN
 
 pytestmark = pytest.mark.timeout(300)
@@ -93,9 +93,18 @@ def test_an_unchanged_corpus_chunks_nothing_and_every_document_is_unchanged(corp
         "documents_carried_over": len(CORPUS),
         "previous_snapshot": first.run_id,
     }
-    assert {doc_id: row["change"] for doc_id, row in _changes(output).items()} == {doc_id: "unchanged" for doc_id in CORPUS}
+    assert {doc_id: row["change"] for doc_id, row in _changes(output).items()} == {
+        doc_id: "unchanged" for doc_id in CORPUS
+    }
     assert rows(output, "changes/upserts") == [] and rows(output, "changes/deletes") == []
-    assert second.changes == {"added": 0, "changed": 0, "deleted": 0, "unchanged": len(CORPUS), "chunks_upserted": 0, "chunks_deleted": 0}
+    assert second.changes == {
+        "added": 0,
+        "changed": 0,
+        "deleted": 0,
+        "unchanged": len(CORPUS),
+        "chunks_upserted": 0,
+        "chunks_deleted": 0,
+    }
     # The same part files, byte for byte, in a new snapshot.
     assert table_digests(output, ROW_TABLES) == before
     assert read_manifest(str(output))["snapshot"] == second.run_id != first.run_id
@@ -132,10 +141,16 @@ def test_one_edit_one_addition_one_deletion_are_exactly_the_delta(corpus, tmp_pa
     assert {row["doc_id"] for row in upserts} == {EDITED, ADDED}
     assert all(row == new_chunks[row["chunk_id"]] for row in upserts)
     # The edit inserts a paragraph mid-document: the edited document's first chunks are not upserted again.
-    assert 0 < sum(row["doc_id"] == EDITED for row in upserts) < sum(row["doc_id"] == EDITED for row in new_chunks.values())
+    assert (
+        0
+        < sum(row["doc_id"] == EDITED for row in upserts)
+        < sum(row["doc_id"] == EDITED for row in new_chunks.values())
+    )
     # Deletes: every chunk of the deleted document, and the edited document's chunk ids that are gone.
     assert {row["chunk_id"] for row in deletes} == set(previous_chunks) - set(new_chunks)
-    assert {row["chunk_id"] for row in deletes} >= {chunk_id for chunk_id in previous_chunks if chunk_id.startswith(f"{DELETED}#")}
+    assert {row["chunk_id"] for row in deletes} >= {
+        chunk_id for chunk_id in previous_chunks if chunk_id.startswith(f"{DELETED}#")
+    }
     for doc_id, row in changes.items():
         assert row["chunks_upserted"] == sum(upsert["doc_id"] == doc_id for upsert in upserts), doc_id
         assert row["chunks_deleted"] == sum(delete["doc_id"] == doc_id for delete in deletes), doc_id
@@ -253,7 +268,9 @@ def test_a_run_refuses_an_output_whose_lock_a_live_run_holds(corpus, tmp_path):
         "started_at_epoch": time.time(),
     }
     (output / "_lock.json").write_text(json.dumps(holder))
-    with pytest.raises(ConcurrentRunError, match=r"another chunkline run \(20261130T000000Z-abcdef, pid \d+ on .+\) is writing"):
+    with pytest.raises(
+        ConcurrentRunError, match=r"another chunkline run \(20261130T000000Z-abcdef, pid \d+ on .+\) is writing"
+    ):
         run([corpus], output)
     assert (output / "_manifest.json").read_bytes() == published
     assert json.loads((output / "_lock.json").read_text()) == holder

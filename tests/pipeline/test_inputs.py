@@ -16,8 +16,8 @@ from chunkline.dataset.rebuild import PublishRefusedError
 from chunkline.settings import ConfigError
 
 from .conftest import (
-    all_file_digests,
     CORPUS,
+    all_file_digests,
     assert_document_chunks,
     documents,
     rows,
@@ -31,8 +31,21 @@ pytestmark = pytest.mark.timeout(300)
 
 #: Columns that depend on the document's bytes and the config only, not on where it was read from.
 CONTENT_COLUMNS = (
-    "chunk_id", "doc_id", "chunk_index", "text", "start_char", "end_char", "start_byte", "end_byte",
-    "start_line", "start_column", "end_line", "end_column", "heading_path", "token_count", "strategy",
+    "chunk_id",
+    "doc_id",
+    "chunk_index",
+    "text",
+    "start_char",
+    "end_char",
+    "start_byte",
+    "end_byte",
+    "start_line",
+    "start_column",
+    "end_line",
+    "end_column",
+    "heading_path",
+    "token_count",
+    "strategy",
 )
 
 
@@ -293,7 +306,9 @@ def test_a_missing_input_fails_the_run_and_publishes_nothing(reference, tmp_path
     run([root], output)
     before = all_file_digests(output)
     missing = tmp_path / "no-such-folder"
-    with pytest.raises(PublishRefusedError, match=f"input {re.escape(str(missing))} does not exist; nothing was published"):
+    with pytest.raises(
+        PublishRefusedError, match=f"input {re.escape(str(missing))} does not exist; nothing was published"
+    ):
         run([root, missing], output)
     assert all_file_digests(output) == before
 

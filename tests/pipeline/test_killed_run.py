@@ -79,7 +79,10 @@ raise SystemExit(main(argv))
 def _cli(*arguments: str, log: Path) -> subprocess.Popen:
     with open(log, "wb") as handle:
         return subprocess.Popen(
-            [sys.executable, *arguments], stdout=handle, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"}
+            [sys.executable, *arguments],
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
 
 
@@ -91,9 +94,7 @@ def _run(corpus: Path, output: Path, log: Path) -> None:
 def _run_and_kill(corpus: Path, output: Path, stall_at: str, tmp_path: Path) -> None:
     marker = tmp_path / f"stalled-{stall_at}"
     log = tmp_path / f"killed-{stall_at}.log"
-    process = _cli(
-        "-c", STALLED_RUN, stall_at, str(marker), "run", str(corpus), "--output", str(output), log=log
-    )
+    process = _cli("-c", STALLED_RUN, stall_at, str(marker), "run", str(corpus), "--output", str(output), log=log)
     deadline = time.monotonic() + 180
     while not marker.exists():
         assert process.poll() is None, f"the run ended before reaching {stall_at}:\n{log.read_text()}"

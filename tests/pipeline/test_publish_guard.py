@@ -19,9 +19,9 @@ from fsspec.implementations.memory import MemoryFileSystem
 from hypothesis import given
 from hypothesis import strategies as st
 
-from chunkline.pipelines.cli import main
-from chunkline.dataset.settings import RunConfig
 from chunkline.dataset.rebuild import PublishRefusedError, RebuildPlan
+from chunkline.dataset.settings import RunConfig
+from chunkline.pipelines.cli import main
 from chunkline.pipelines.run import refuse_mass_deletion
 
 from .conftest import CORPUS, all_file_digests, documents, manifest, rows, rows_by_doc, run, write_corpus, write_files
@@ -92,7 +92,9 @@ def test_a_folder_whose_files_the_patterns_all_leave_out_matches_no_file(publish
     corpus, output, before = published
     status, _, err = run_cli(capsys, str(corpus), "--output", str(output), "--set", "input.include=['*.rst']")
     assert status == 1
-    assert_one_error_line(err, f"input {corpus} matches no file (input.include/exclude and names ending in .md, .markdown)")
+    assert_one_error_line(
+        err, f"input {corpus} matches no file (input.include/exclude and names ending in .md, .markdown)"
+    )
     assert all_file_digests(output) == before
 
 
@@ -193,7 +195,9 @@ def test_max_deleted_fraction_is_a_setting(published):
 
 def test_max_deleted_fraction_out_of_range_is_a_config_error(tmp_path, capsys):
     corpus = write_corpus(tmp_path / "corpus")
-    status, _, err = run_cli(capsys, str(corpus), "--output", str(tmp_path / "out"), "--set", "output.max_deleted_fraction=1.5")
+    status, _, err = run_cli(
+        capsys, str(corpus), "--output", str(tmp_path / "out"), "--set", "output.max_deleted_fraction=1.5"
+    )
     assert status == 2
     assert "max_deleted_fraction must be from 0 to 1" in err
 
@@ -206,7 +210,9 @@ def test_max_deleted_fraction_out_of_range_is_a_config_error(tmp_path, capsys):
 )
 def test_the_guard_refuses_exactly_the_runs_over_the_fraction(before, deleted_share, limit, allow):
     deleted = round(before * deleted_share)
-    config = RunConfig.from_dict({"output": {"url": "out", "max_deleted_fraction": limit}, "run": {"allow_deletes": allow}})
+    config = RunConfig.from_dict(
+        {"output": {"url": "out", "max_deleted_fraction": limit}, "run": {"allow_deletes": allow}}
+    )
     refused = before > 0 and deleted / before > limit and not allow
     try:
         refuse_mass_deletion(config, deleted, before, RebuildPlan("full", ""))

@@ -17,13 +17,13 @@ from fsspec.implementations.local import LocalFileSystem
 
 import chunkline.dataset.publish as publish_module
 import chunkline.transforms.write as write_module
-from chunkline.pipelines.cli import main
-from chunkline.dataset.settings import load_run_config
+from chunkline.dataset.merge import shard_of
 from chunkline.dataset.publish import read_dataset
+from chunkline.dataset.settings import load_run_config
+from chunkline.pipelines.cli import main
 from chunkline.pipelines.run import check_output_location
 from chunkline.schemas import ROW_TABLES, SCHEMA_VERSION, TABLE_SCHEMAS
 from chunkline.settings import ConfigError
-from chunkline.dataset.merge import shard_of
 
 from .conftest import (
     CORPUS,
@@ -75,7 +75,13 @@ def test_manifest_names_exactly_the_files_in_each_table_folder(published):
     found = manifest(output)
     assert sorted(path.name for path in output.iterdir()) == ["_SUCCESS", "_manifest.json", "snapshots"]
     assert [path.name for path in (output / "snapshots").iterdir()] == [found["snapshot"]]
-    assert sorted(path.name for path in snapshot_folder(output).iterdir()) == ["_manifest.json", "changes", "chunks", "documents", "errors"]
+    assert sorted(path.name for path in snapshot_folder(output).iterdir()) == [
+        "_manifest.json",
+        "changes",
+        "chunks",
+        "documents",
+        "errors",
+    ]
     assert json.loads((snapshot_folder(output) / "_manifest.json").read_text()) == found
     assert set(found["tables"]) == set(TABLE_SCHEMAS)
     for table, entry in found["tables"].items():
@@ -168,7 +174,14 @@ def test_globbing_the_table_folders_reads_exactly_the_dataset(published):
     for table in TABLE_SCHEMAS:
         globbed = ds.dataset(snapshot / table, format="parquet").to_table()
         assert globbed.num_rows == manifest(output)["tables"][table]["rows"]
-    chunk_keys = sorted(zip(*ds.dataset(snapshot / "chunks", format="parquet").to_table(columns=["doc_id", "chunk_index"]).to_pydict().values()))
+    chunk_keys = sorted(
+        zip(
+            *ds.dataset(snapshot / "chunks", format="parquet")
+            .to_table(columns=["doc_id", "chunk_index"])
+            .to_pydict()
+            .values()
+        )
+    )
     assert chunk_keys == sorted((row["doc_id"], row["chunk_index"]) for row in rows(output, "chunks"))
 
 
@@ -250,7 +263,9 @@ def test_rebuild_after_deleting_sources_leaves_no_stale_part(tmp_path):
             assert name not in after, f"stale part {name} survived the rebuild"
         else:
             assert after.get(name) == digest, name
-    assert not any(int(PART_NAME.fullmatch(n.split("/", 1)[1]).group(1)) == shard_of("guide/empty.md", SHARDS) for n in after)
+    assert not any(
+        int(PART_NAME.fullmatch(n.split("/", 1)[1]).group(1)) == shard_of("guide/empty.md", SHARDS) for n in after
+    )
     assert not deleted & set(rows_by_doc(output, "chunks"))
     assert not deleted & set(documents(output))
     assert set(documents(output)) == set(CORPUS) - deleted
@@ -347,7 +362,9 @@ def test_output_inside_an_input_is_refused_before_anything_is_written(corpus, tm
         run([item.format(**fill) for item in inputs], output.format(**fill))
     assert all_file_digests(corpus) == before
     assert sorted(path.relative_to(corpus).as_posix() for path in corpus.rglob("*") if path.is_dir()) == [
-        "guide", "guide/advanced", "reference"
+        "guide",
+        "guide/advanced",
+        "reference",
     ]
 
 

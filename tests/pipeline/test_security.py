@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from chunkline.pipelines.cli import main
 from chunkline.dataset.settings import load_run_config
+from chunkline.pipelines.cli import main
 from chunkline.settings import ConfigError
 
 from .conftest import CORPUS, documents, rows, run, write_corpus, write_files
@@ -84,7 +84,9 @@ def test_credentials_from_the_environment_never_appear_in_outputs_logs_or_errors
         "run": _chunkline(["run", str(root), "--output", "dataset", *runner], tmp_path),
         "inspect": _chunkline(["inspect", "dataset", "--errors", "20"], tmp_path),
         "failed run": _chunkline(["run", str(root), "--output", str(blocker / "dataset"), *runner], tmp_path),
-        "missing input": _chunkline(["run", str(root), str(tmp_path / "missing"), "--output", "dataset", *runner], tmp_path),
+        "missing input": _chunkline(
+            ["run", str(root), str(tmp_path / "missing"), "--output", "dataset", *runner], tmp_path
+        ),
     }
     assert processes["run"].returncode == 0, processes["run"].stderr.decode()
     assert processes["missing input"].returncode == 1, processes["missing input"].stderr.decode()
@@ -100,7 +102,9 @@ def test_credentials_from_the_environment_never_appear_in_outputs_logs_or_errors
     # Every byte printed or logged by every process.
     for name, process in processes.items():
         for stream in ("stdout", "stderr"):
-            assert not _secrets_in(getattr(process, stream)), f"{name} {stream}: {_secrets_in(getattr(process, stream))}"
+            assert not _secrets_in(getattr(process, stream)), (
+                f"{name} {stream}: {_secrets_in(getattr(process, stream))}"
+            )
     # Every byte of every file the runs wrote (the dataset, and anything else under tmp_path).
     written = [path for path in tmp_path.rglob("*") if path.is_file()]
     assert len([path for path in written if "dataset" in path.parts]) >= 5
@@ -124,11 +128,11 @@ def test_credentials_from_the_environment_never_appear_in_outputs_logs_or_errors
 # --------------------------------------------------------------------------------------------------
 
 PAYLOADS = {
-    "apply-as-output": "output:\n  url: !!python/object/apply:os.system [\"touch {marker}\"]\n",
-    "apply-in-input-paths": "input:\n  paths:\n    - docs\n    - !!python/object/apply:os.system [\"touch {marker}\"]\n",
-    "apply-as-section": "run: !!python/object/apply:os.system [\"touch {marker}\"]\n",
-    "new-in-storage-options": "input:\n  storage_options:\n    key: !!python/object/new:os.system [\"touch {marker}\"]\n",
-    "apply-subprocess": "chunking:\n  max_tokens: !!python/object/apply:subprocess.check_call [[\"touch\", \"{marker}\"]]\n",
+    "apply-as-output": 'output:\n  url: !!python/object/apply:os.system ["touch {marker}"]\n',
+    "apply-in-input-paths": 'input:\n  paths:\n    - docs\n    - !!python/object/apply:os.system ["touch {marker}"]\n',
+    "apply-as-section": 'run: !!python/object/apply:os.system ["touch {marker}"]\n',
+    "new-in-storage-options": 'input:\n  storage_options:\n    key: !!python/object/new:os.system ["touch {marker}"]\n',
+    "apply-subprocess": 'chunking:\n  max_tokens: !!python/object/apply:subprocess.check_call [["touch", "{marker}"]]\n',
 }
 
 

@@ -88,7 +88,9 @@ def test_a_glob_follows_links_as_a_folder_input_does(linked, tmp_path):
     folder, glob = tmp_path / "folder", tmp_path / "glob"
     run([linked], folder)
     run([f"{linked}/**/*.md"], glob)
-    folder_docs = {doc_id: row["status"] for doc_id, row in documents(folder).items() if not doc_id.endswith(".markdown")}
+    folder_docs = {
+        doc_id: row["status"] for doc_id, row in documents(folder).items() if not doc_id.endswith(".markdown")
+    }
     glob_docs = {doc_id: row["status"] for doc_id, row in documents(glob).items()}
     assert glob_docs == folder_docs
 
@@ -103,5 +105,7 @@ def test_chunk_command_follows_and_reports_links_as_run_does(linked, tmp_path, c
     assert chunked == {doc_id for doc_id, row in documents(output).items() if row["status"] == "ok"}
     assert f"chunkline: {linked}/codes.md: a link to '{tmp_path / 'private' / 'codes.md'}', outside" in captured.err
     assert f"chunkline: {linked}/private-notes: a link to '{tmp_path / 'private'}', outside" in captured.err
-    assert f"chunkline: {linked}/guide/advanced/up: a link to '{linked / 'guide'}', a folder it is inside" in captured.err
+    assert (
+        f"chunkline: {linked}/guide/advanced/up: a link to '{linked / 'guide'}', a folder it is inside" in captured.err
+    )
     assert "4711" not in captured.out

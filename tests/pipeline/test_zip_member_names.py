@@ -148,7 +148,10 @@ def test_members_named_absolute_on_any_os_are_error_rows_never_doc_ids(tmp_path)
     output = tmp_path / "out"
     run([f"zip::{archive.as_uri()}"], output)
     docs = documents(output)
-    expected = {name: f"_outside_input/{hashlib.sha256(name.encode()).hexdigest()[:12]}/{parts}" for name, parts in ABSOLUTE.items()}
+    expected = {
+        name: f"_outside_input/{hashlib.sha256(name.encode()).hexdigest()[:12]}/{parts}"
+        for name, parts in ABSOLUTE.items()
+    }
     assert set(docs) == {"ok/a.md", *expected.values()}
     errors = {row["doc_id"]: row for row in rows(output, "errors")}
     for name, doc_id in expected.items():
