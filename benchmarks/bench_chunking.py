@@ -80,6 +80,7 @@ import importlib.metadata
 import json
 import math
 import platform
+import re
 import statistics
 import sys
 import time
@@ -431,6 +432,10 @@ class Quality:
     list_items_split: int = 0
     characters: int = 0
     characters_lost: int = 0
+    overlapping_chunks: int = 0
+    """Chunks that start inside the chunk before them (the overlap of a split)."""
+    overlap_starts_mid_sentence: int = 0
+    """Of those, the ones that start neither at a line start nor after a sentence's end."""
     offsets_exact: int = 0
     documents_reconstructed: int | None = None
     token_counts_exact: int | None = None
@@ -453,6 +458,19 @@ def holds_whole(spans: Sequence[Span]) -> Callable[[int, int], bool]:
         return slot >= 0 and reach[slot] >= end
 
     return test
+
+
+# The end of a sentence just before a position: ., ! or ? with optional closing quotes or brackets, then
+# whitespace (a CJK full stop needs none).
+_SENTENCE_ENDS_HERE = re.compile(r"(?:[.!?][\"'\u2019\u201d)\]]*\s+|[\u3002\uff01\uff1f][\"'\u2019\u201d)\]]*\s*)$")
+
+
+def starts_mid_sentence(text: str, position: int) -> bool:
+    """A chunk starting at ``position`` begins inside a sentence: not at a line start, not after a
+    sentence's end."""
+    if position == 0 or text[position - 1] in "\n\r":
+        return False
+    return not _SENTENCE_ENDS_HERE.search(text, max(position - 16, 0), position)
 
 
 def uncovered(length: int, spans: Iterable[Span]) -> int:
@@ -502,6 +520,11 @@ def check_document(
                     "token_count_mismatch",
                     f"{document.doc_id} chunk {index}: token_count {span.reported_tokens}, exact {exact}",
                 )
+    for previous, span in zip(output.spans, output.spans[1:]):
+        if previous.start < span.start < previous.end:
+            quality.overlapping_chunks += 1
+            # Not an engine bug (a window may hold no sentence or line start), so no example is kept.
+            quality.overlap_starts_mid_sentence += starts_mid_sentence(text, span.start)
     inside = holds_whole(output.spans)
     for problem, ranges in (
         ("fences_tables_split", blocks.fences_and_tables[document.doc_id]),
@@ -626,6 +649,10 @@ def table_rows(
         row(f"fences/tables that fit but were split (of {fences})", lambda r: str(quality(r).fences_tables_split)),
         row(f"list items that fit but were split (of {items})", lambda r: str(quality(r).list_items_split)),
         row("characters lost", lambda r: str(quality(r).characters_lost)),
+        row(
+            "overlapping chunks that start mid-sentence",
+            lambda r: of(quality(r).overlap_starts_mid_sentence, quality(r).overlapping_chunks),
+        ),
         row(
             "exact offsets (text[start:end] == chunk)",
             lambda r: percent_exact(quality(r).offsets_exact, quality(r).chunks),

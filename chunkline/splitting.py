@@ -12,7 +12,8 @@ never boundaries, so such a block always lands whole in one piece. Words are cut
 longer than the budget, and a character only when one character encodes to more tokens than the budget.
 
 Every piece's token count is verified with the real tokenizer; the overlap between consecutive pieces
-(``overlap_tokens``) starts at a boundary too and never exceeds its budget.
+(``overlap_tokens``) starts at a line or sentence start when its window holds one, else between
+words, and never exceeds its budget.
 
 :func:`split_token_windows` is mdvdb's plain sliding window over token ids, kept as an option; its windows
 are snapped to character boundaries so that chunk text is still a verbatim slice of the document.
@@ -70,6 +71,9 @@ _FIRST_WINDOW = 64
 
 _WHOLE_WORD_LEVELS = tuple(level for level in BoundaryLevel if level >= BoundaryLevel.WORD)
 _SORTED_LEVELS = frozenset({BoundaryLevel.BLOCK, BoundaryLevel.LINE, BoundaryLevel.TOKEN})
+# Where an overlap may start, as groups tried in turn: a line or sentence start (equally clean), else a
+# word start.
+_OVERLAP_START_LEVELS = ((BoundaryLevel.LINE, BoundaryLevel.SENTENCE), (BoundaryLevel.WORD,))
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,34 +284,40 @@ class _RangeSplitter:
             limit = end - 1
 
     def overlap_start(self, piece: Piece) -> int:
-        """Where the next piece starts: about ``overlap_tokens`` before the end of ``piece``, at a boundary.
+        """Where the next piece starts: up to ``overlap_tokens`` before the end of ``piece``, at a boundary.
 
-        The overlap starts between words at the least (no overlap rather than half a word), and is sized
-        with the range's tokenization, which can differ from the slice's own count by a token at its
-        edges; only the pieces themselves are held to the exact limit."""
+        A line start or a sentence start in the overlap window wins, the one that keeps the most overlap
+        within its budget, so that the next piece begins cleanly; only when the window holds neither does
+        the overlap start at the earliest word start in it (no overlap rather than half a word). The
+        window is sized with the range's tokenization, which can differ from the slice's own count by a
+        token at its edges; only the pieces themselves are held to the exact limit."""
         if self.overlap_tokens <= 0:
             return piece.end_char
         earliest = self.tokens.char_before_tokens(piece.end_char, self.overlap_tokens)
         low = max(earliest, piece.start_char + 1)
         high = piece.end_char - 1
-        chosen: int | None = None
+        for levels in _OVERLAP_START_LEVELS:
+            chosen: int | None = None
+            for level in levels:
+                first = self._first_overlap_start(level, low, high, piece.end_char)
+                if first is not None and (chosen is None or first < chosen):
+                    chosen = first
+            if chosen is not None:
+                return chosen
+        return piece.end_char
+
+    def _first_overlap_start(self, level: BoundaryLevel, low: int, high: int, end: int) -> int | None:
+        """The earliest allowed boundary of ``level`` in [low, high] whose overlap up to ``end`` is within
+        ``overlap_tokens``."""
         estimate = self.tokens.estimate
-        for level in _WHOLE_WORD_LEVELS:
-            first = next(
-                (
-                    position
-                    for position in self.candidates(level, low, high)
-                    if estimate(position, piece.end_char) <= self.overlap_tokens and self.allowed(position)
-                ),
-                None,
-            )
-            if first is None:
-                continue
-            if estimate(first, piece.end_char) >= self.overlap_tokens * _MIN_FILL:
-                return first
-            if chosen is None or first < chosen:
-                chosen = first
-        return piece.end_char if chosen is None else chosen
+        return next(
+            (
+                position
+                for position in self.candidates(level, low, high)
+                if estimate(position, end) <= self.overlap_tokens and self.allowed(position)
+            ),
+            None,
+        )
 
     def split(self) -> list[Piece]:
         pieces: list[Piece] = []
