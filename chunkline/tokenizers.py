@@ -351,7 +351,7 @@ class HuggingFaceCounter:
         """Character offset in ``text`` where each of its tokens ends (the special tokens left out)."""
         seen, sources = as_tokenizers_see_it(text)
         encoding = self.tokenizer.encode(seen, add_special_tokens=False)
-        ends = np.fromiter((end for _, end in encoding.offsets), dtype=np.int64, count=len(encoding.offsets))
+        ends = np.asarray(encoding.offsets, dtype=np.int64).reshape(-1, 2)[:, 1]
         if sources is not None:
             ends = np.asarray(sources, dtype=np.int64)[ends]
         # Normalizers can map a token to an earlier end than the one before it: estimates need them sorted.
