@@ -57,3 +57,20 @@ def test_a_run_counts_with_the_tokenizer_json_and_a_tokenizer_change_rebuilds(co
         for row in chunk_rows:
             if row["text"]:
                 assert row["token_count"] == len(fresh.encode(row["text"], add_special_tokens=False).ids)
+
+
+def test_worker_processes_load_the_tokenizer_json_and_write_the_same_chunks(corpus, tmp_path, wordpiece_file):
+    settings = (
+        "tokenizer=huggingface",
+        f"tokenizer_file={wordpiece_file}",
+        "max_tokens=64",
+        "count_special_tokens=true",
+    )
+    run([corpus], tmp_path / "in-process", *settings)
+    summary = run([corpus], tmp_path / "workers", *settings, "run.workers=2")
+    assert summary.documents_ok == len(CORPUS)
+    in_process = rows_by_doc(tmp_path / "in-process", "chunks")
+    workers = rows_by_doc(tmp_path / "workers", "chunks")
+    assert {doc: [(r["text"], r["token_count"]) for r in chunk_rows] for doc, chunk_rows in workers.items()} == {
+        doc: [(r["text"], r["token_count"]) for r in chunk_rows] for doc, chunk_rows in in_process.items()
+    }
