@@ -25,13 +25,18 @@ class Capacity:
         self.offsets = offsets
         self.max_tokens = max_tokens
 
+    LOOSE_SLACK = 64
+    """The slack of offsets whose estimates carry no bound (a Hugging Face tokenizer's): a range is
+    never taken as fitting on its estimate, and only one this far over is rejected on it."""
+
     def may_fit(self, estimate: int) -> bool:
         """Whether a range of ``estimate`` estimated tokens can fit at all."""
-        return estimate <= self.max_tokens + self.SLACK
+        slack = self.SLACK if self.offsets.exact_estimates else self.LOOSE_SLACK
+        return estimate <= self.max_tokens + slack
 
     def surely_fits(self, estimate: int) -> bool:
         """Whether a range of ``estimate`` estimated tokens fits without an exact count."""
-        return estimate <= self.max_tokens - self.SLACK
+        return self.offsets.exact_estimates and estimate <= self.max_tokens - self.SLACK
 
     def within(self, start: int, end: int) -> bool:
         """Whether ``text[start:end]``, counted exactly, is within the budget."""

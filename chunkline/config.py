@@ -52,7 +52,19 @@ MIN_MAX_TOKENS = 4
 #: The largest token budget: a chunk's ``token_count`` is a 32-bit column.
 MAX_MAX_TOKENS = 2**31 - 1
 
-_COMMON_KEYS = ("strategy", "max_tokens", "overlap_tokens", "tokenizer", "tokenizer_file", "section_pattern")
+_COMMON_KEYS = (
+    "strategy",
+    "max_tokens",
+    "overlap_tokens",
+    "tokenizer",
+    "tokenizer_file",
+    "tokenizer_sha256",
+    "count_special_tokens",
+    "section_pattern",
+)
+
+#: Settings that only a Hugging Face tokenizer reads (left out of a tiktoken config's fingerprint).
+_HUGGINGFACE_KEYS = ("tokenizer_sha256", "count_special_tokens")
 
 
 @dataclass(frozen=True)
@@ -66,9 +78,15 @@ class ChunkConfig:
     overlap_tokens: int = 50
     """Tokens shared by consecutive pieces of one split section (at most; cuts fall on boundaries)."""
     tokenizer: str = "cl100k_base"
-    """A tiktoken encoding name."""
+    """A tiktoken encoding name, or ``huggingface`` for a model's own ``tokenizer.json``."""
     tokenizer_file: str | None = None
-    """Path or fsspec URL of the encoding's ``.tiktoken`` file, for encodings no installed package bundles."""
+    """Path or fsspec URL of the encoding's ``.tiktoken`` file, for encodings no installed package bundles;
+    of the ``tokenizer.json`` for ``tokenizer: huggingface`` (required then)."""
+    tokenizer_sha256: str | None = None
+    """For ``tokenizer: huggingface``: the sha256 the ``tokenizer.json`` must have (not checked when unset)."""
+    count_special_tokens: bool = False
+    """For ``tokenizer: huggingface``: counts include the special tokens the model adds (``[CLS]``,
+    ``[SEP]``, ``<s>``...), so that ``max_tokens`` can be the model's window."""
     section_pattern: str | None = None
     """A custom heading line pattern for the sections every chunk's ``section_index`` and derived heading
     path refer to (two groups: level indicator, heading text, e.g. ``^(SECTION \\d+): (.+)$``); markdown
@@ -102,6 +120,25 @@ class ChunkConfig:
             )
         if not isinstance(self.tokenizer, str) or not self.tokenizer:
             raise ConfigError("chunking.tokenizer must name a tiktoken encoding, e.g. cl100k_base")
+        if self.tokenizer == "huggingface":
+            if not self.tokenizer_file:
+                raise ConfigError(
+                    "chunking.tokenizer huggingface needs chunking.tokenizer_file: the path or fsspec URL of "
+                    "the model's tokenizer.json"
+                )
+        elif self.tokenizer_sha256 is not None or self.count_special_tokens:
+            raise ConfigError(
+                "chunking.tokenizer_sha256 and chunking.count_special_tokens apply to tokenizer: huggingface "
+                f"only (tiktoken encoding {self.tokenizer!r} adds no special tokens and checks its own sha256)"
+            )
+        if self.tokenizer_sha256 is not None and (
+            not isinstance(self.tokenizer_sha256, str)
+            or len(self.tokenizer_sha256) != 64
+            or any(c not in "0123456789abcdefABCDEF" for c in self.tokenizer_sha256)
+        ):
+            raise ConfigError(f"chunking.tokenizer_sha256 must be 64 hexadecimal digits, got {self.tokenizer_sha256!r}")
+        if not isinstance(self.count_special_tokens, bool):
+            raise ConfigError(f"chunking.count_special_tokens must be true or false, got {self.count_special_tokens!r}")
         if self.section_pattern is not None:
             try:
                 compiled = compile_pattern(self.section_pattern)
@@ -168,6 +205,14 @@ class ChunkConfig:
         """A stable JSON text of everything that decides the chunks (for caching and manifests)."""
         data = self.to_dict()
         data.pop("tokenizer_file")  # where the file lives does not change the tokens: its sha256 is checked
+        if self.tokenizer == "huggingface":
+            # The file's own sha256 (read once, cached with the tokenizer) stands for the tokenizer.
+            from chunkline.tokenizers import counter_for
+
+            data["tokenizer_sha256"] = counter_for(self).sha256
+        else:
+            for key in _HUGGINGFACE_KEYS:
+                data.pop(key)
         return json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
 
 
@@ -178,6 +223,8 @@ class _CommonSettings:
     overlap_tokens: int = ChunkConfig.overlap_tokens
     tokenizer: str = ChunkConfig.tokenizer
     tokenizer_file: str | None = None
+    tokenizer_sha256: str | None = None
+    count_special_tokens: bool = False
     section_pattern: str | None = None
 
 

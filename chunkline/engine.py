@@ -11,7 +11,7 @@ from chunkline.context import ChunkContext
 from chunkline.record import Chunk, ChunkSpan, chunk_uuid
 from chunkline.registry import get_strategy
 from chunkline.structure import MarkdownDocument, Section, parse_markdown, section_paths, sections_by_pattern
-from chunkline.tokenizers import TokenCounter, get_token_counter
+from chunkline.tokenizers import TokenCounter, counter_for
 
 __all__ = ["CHUNKING_VERSION", "chunk_markdown", "chunk_document", "reconstruct", "ReconstructionError"]
 
@@ -37,7 +37,7 @@ def chunk_markdown(
     tokens, and ``reconstruct(chunks) == text``.
     """
     config = config or ChunkConfig()
-    counter = get_token_counter(config.tokenizer, config.tokenizer_file)
+    counter = counter_for(config)
     return chunk_document(parse_markdown(text), config, counter, doc_id=doc_id, source_uri=source_uri)
 
 

@@ -20,6 +20,10 @@ cuts":
 
 A slice with ragged ends is counted as the encoded stretches between each end and the nearest clean cut
 inside it, plus the offsets' count between those cuts.
+
+A counter with ``slices_counted_exactly`` (a Hugging Face tokenizer, whose normalizer, pre-tokenizer and
+post-processor make no such promise) has no clean cuts: every slice is counted by encoding it, and the
+token ends come from the tokenizer's offsets mapping, for estimates only (``exact_estimates`` is false).
 """
 
 from __future__ import annotations
@@ -93,6 +97,8 @@ class TokenOffsets:
         "_aligned",
         "_end_chars_list",
         "_aligned_list",
+        "exact_estimates",
+        "_special_tokens",
     )
 
     def __init__(self, text: str, start: int, end: int, counter: TokenCounter):
@@ -106,6 +112,14 @@ class TokenOffsets:
         segment = text[start:end]
         self._end_chars_list: list[int] | None = None
         self._aligned_list: list[int] | None = None
+        self.exact_estimates = not getattr(counter, "slices_counted_exactly", False)
+        self._special_tokens = int(getattr(counter, "special_tokens_added", 0))
+        if not self.exact_estimates:
+            self._clean_lines = self._clean_spaces = False
+            self._cut_candidates = None
+            self._end_chars = counter.token_end_chars(segment) + start
+            self._aligned = None  # offsets mapping ends are character offsets
+            return
         if segment.isascii():
             byte_ends = np.cumsum(counter.token_byte_lengths(counter.encode_array(segment)), dtype=np.int64)
             self._end_chars = byte_ends + start
@@ -155,7 +169,12 @@ class TokenOffsets:
         """Approximate token count of ``text[start:end]`` (tokens of the range that overlap the slice)."""
         if end <= start:
             return 0
-        return bisect_left(self.token_end_chars, end) - bisect_right(self.token_end_chars, start) + 1
+        return (
+            bisect_left(self.token_end_chars, end)
+            - bisect_right(self.token_end_chars, start)
+            + 1
+            + self._special_tokens
+        )
 
     def char_after_tokens(self, start: int, tokens: int) -> int:
         """Character offset where roughly ``tokens`` tokens after ``start`` end."""
@@ -262,6 +281,8 @@ class TokenOffsets:
         """Exact token counts of ``text[cuts[i]:cuts[i+1]]`` for ascending ``cuts`` inside the range."""
         if len(cuts) < 2:
             return []
+        if not self.exact_estimates:
+            return [self.count(cuts[number], cuts[number + 1]) for number in range(len(cuts) - 1)]
         ends = self._end_chars
         if len(ends) == 0:
             return [0] * (len(cuts) - 1)
@@ -292,6 +313,8 @@ class TokenOffsets:
         of every slice that contains it."""
         if end <= start:
             return 0
+        if not self.exact_estimates:
+            return self.counter.count(self.text[start:end])
         first = self._first_clean_cut(start, end)
         last = self._last_clean_cut(first, end) if first is not None else None
         if first is None or last is None or last < first:

@@ -12,6 +12,12 @@ encoding ``tiktoken.get_encoding`` would return. An encoding whose file cannot b
 a :class:`TokenizerUnavailableError` that says where to get the file and which setting to point at it.
 
 Each ``(encoding, file)`` pair is loaded once per process and cached.
+
+``tokenizer: huggingface`` counts with an embedding model's own Hugging Face ``tokenizer.json`` instead
+(BGE, E5, GTE, MiniLM, Llama...): ``tokenizer_file`` names it (a path or fsspec URL, read with the same size
+cap, never downloaded), ``tokenizer_sha256`` optionally pins its bytes, and ``count_special_tokens`` makes
+every count include the special tokens the model adds (``[CLS]``/``[SEP]``, ``<s>``), so that
+``max_tokens`` can be the model's window.
 """
 
 from __future__ import annotations
@@ -30,11 +36,16 @@ import tiktoken
 import tiktoken.registry
 import tiktoken_ext
 
+from chunkline.text_index import as_tokenizers_see_it
+
 __all__ = [
     "TokenCounter",
     "TiktokenCounter",
+    "HuggingFaceCounter",
+    "HUGGINGFACE",
     "TokenizerUnavailableError",
     "get_token_counter",
+    "counter_for",
     "load_encoding",
     "available_encodings",
 ]
@@ -275,9 +286,152 @@ def load_encoding(name: str = "cl100k_base", tokenizer_file: str | None = None) 
         raise TokenizerUnavailableError(f"encoding {name!r} cannot be built from {loader.source}: {error}") from None
 
 
-def get_token_counter(name: str = "cl100k_base", tokenizer_file: str | None = None) -> TiktokenCounter:
-    """A cached :class:`TiktokenCounter` for the encoding ``name``."""
+#: The ``chunking.tokenizer`` value that selects a Hugging Face ``tokenizer.json``.
+HUGGINGFACE = "huggingface"
+
+
+class HuggingFaceCounter:
+    """A :class:`TokenCounter` over a Hugging Face :class:`tokenizers.Tokenizer`.
+
+    ``count`` is the tokenizer's own count of the text (``add_special_tokens=count_special_tokens``), with
+    any truncation or padding in the file switched off. Such a tokenizer normalizes and pre-tokenizes in
+    ways tiktoken's clean-cut reasoning does not cover, so :class:`chunkline.token_offsets.TokenOffsets`
+    counts each slice by encoding it (``slices_counted_exactly``) and uses the offsets mapping only for
+    estimates.
+    """
+
+    __slots__ = (
+        "name",
+        "tokenizer",
+        "tokenizer_file",
+        "sha256",
+        "pinned_sha256",
+        "count_special_tokens",
+        "special_tokens_added",
+    )
+
+    slices_counted_exactly = True
+    line_starts_are_clean_cuts = False
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        tokenizer_file: str,
+        sha256: str,
+        count_special_tokens: bool,
+        pinned_sha256: str | None = None,
+    ):
+        self.name = HUGGINGFACE
+        self.pinned_sha256 = pinned_sha256
+        self.tokenizer = tokenizer
+        self.tokenizer_file = tokenizer_file
+        self.sha256 = sha256
+        self.count_special_tokens = count_special_tokens
+        self.special_tokens_added = tokenizer.num_special_tokens_to_add(False) if count_special_tokens else 0
+
+    def count(self, text: str) -> int:
+        if not text:
+            return 0
+        return len(self.tokenizer.encode(_as_text(text), add_special_tokens=self.count_special_tokens))
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(_as_text(text), add_special_tokens=self.count_special_tokens).ids
+
+    def encode_array(self, text: str) -> np.ndarray:
+        return np.asarray(self.encode(text), dtype=np.int64)
+
+    def token_byte_lengths(self, tokens: Sequence[int] | np.ndarray) -> np.ndarray:
+        # A WordPiece or SentencePiece token is not a run of the text's bytes: its decoded form's length.
+        return np.fromiter(
+            (len((self.tokenizer.id_to_token(int(token)) or "").encode()) for token in np.asarray(tokens)),
+            dtype=np.int64,
+        )
+
+    def token_end_chars(self, text: str) -> np.ndarray:
+        """Character offset in ``text`` where each of its tokens ends (the special tokens left out)."""
+        seen, sources = as_tokenizers_see_it(text)
+        encoding = self.tokenizer.encode(seen, add_special_tokens=False)
+        ends = np.asarray(encoding.offsets, dtype=np.int64).reshape(-1, 2)[:, 1]
+        if sources is not None:
+            ends = np.asarray(sources, dtype=np.int64)[ends]
+        # Normalizers can map a token to an earlier end than the one before it: estimates need them sorted.
+        return np.maximum.accumulate(ends) if len(ends) else ends
+
+    def __reduce__(self):
+        # Rebuilt from the process-wide cache (under the same key) on unpickling: Beam workers load it once.
+        return (get_token_counter, (HUGGINGFACE, self.tokenizer_file, self.pinned_sha256, self.count_special_tokens))
+
+
+def _as_text(text: str) -> str:
+    """``text`` as a Rust string can hold it: surrogate code points read as UTF-16, as tiktoken does."""
+    return as_tokenizers_see_it(text)[0]
+
+
+def _load_huggingface(tokenizer_file: str | None, sha256: str | None, count_special_tokens: bool) -> HuggingFaceCounter:
+    if not tokenizer_file:
+        raise TokenizerUnavailableError(
+            "chunking.tokenizer huggingface needs chunking.tokenizer_file: the path or fsspec URL of the "
+            "model's tokenizer.json (chunkline does not download it)"
+        )
+    try:
+        contents = _read_configured_file(tokenizer_file)
+    except (OSError, ValueError, ImportError) as error:
+        raise TokenizerUnavailableError(
+            f"chunking.tokenizer_file {tokenizer_file!r} cannot be read: {error}; point it at the model's "
+            "tokenizer.json"
+        ) from None
+    actual = hashlib.sha256(contents).hexdigest()
+    if sha256 is not None and actual != sha256.lower():
+        raise TokenizerUnavailableError(
+            f"chunking.tokenizer_file {tokenizer_file!r} is not the pinned tokenizer: sha256 {actual}, "
+            f"chunking.tokenizer_sha256 {sha256}"
+        )
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        raise TokenizerUnavailableError(
+            "chunking.tokenizer huggingface needs the tokenizers package (pip install tokenizers)"
+        ) from None
+    try:
+        tokenizer = Tokenizer.from_str(contents.decode("utf-8"))
+    except Exception as error:  # tokenizers raises its own Exception subclass on any malformed file
+        first_line = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise TokenizerUnavailableError(
+            f"chunking.tokenizer_file {tokenizer_file!r} is not a Hugging Face tokenizer.json: {first_line}"
+        ) from None
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    return HuggingFaceCounter(tokenizer, tokenizer_file, actual, count_special_tokens, sha256)
+
+
+def get_token_counter(
+    name: str = "cl100k_base",
+    tokenizer_file: str | None = None,
+    tokenizer_sha256: str | None = None,
+    count_special_tokens: bool = False,
+) -> TokenCounter:
+    """A cached counter: a :class:`TiktokenCounter` for the encoding ``name``, or a
+    :class:`HuggingFaceCounter` for ``name == "huggingface"`` and the ``tokenizer.json`` at ``tokenizer_file``."""
+    if name == HUGGINGFACE:
+        return _get_huggingface_counter(tokenizer_file, tokenizer_sha256, bool(count_special_tokens))
     return _get_token_counter(name, tokenizer_file)
+
+
+def counter_for(config: Any) -> TokenCounter:
+    """The cached counter a :class:`chunkline.config.ChunkConfig` names."""
+    return get_token_counter(
+        config.tokenizer,
+        config.tokenizer_file,
+        getattr(config, "tokenizer_sha256", None),
+        getattr(config, "count_special_tokens", False),
+    )
+
+
+@functools.cache
+def _get_huggingface_counter(
+    tokenizer_file: str | None, tokenizer_sha256: str | None, count_special_tokens: bool
+) -> HuggingFaceCounter:
+    return _load_huggingface(tokenizer_file, tokenizer_sha256, count_special_tokens)
 
 
 @functools.cache

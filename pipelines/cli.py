@@ -46,7 +46,7 @@ from chunkline.engine import chunk_document
 from chunkline.record import Chunk
 from chunkline.registry import available_strategies, get_strategy
 from chunkline.structure import parse_markdown
-from chunkline.tokenizers import TokenizerUnavailableError, get_token_counter
+from chunkline.tokenizers import TokenizerUnavailableError, counter_for
 
 if TYPE_CHECKING:
     from chunkline.dataset.settings import RunConfig
@@ -392,7 +392,7 @@ def _check_before_running(config: RunConfig) -> None:
             raise ConfigError(
                 f"output {output}: {existing} is a file; --output names the folder the dataset is published in"
             )
-    get_token_counter(config.chunking.tokenizer, config.chunking.tokenizer_file)
+    counter_for(config.chunking)
 
 
 def _inspect_command(arguments: argparse.Namespace) -> int:
@@ -456,7 +456,7 @@ def _markdown_files(paths: Sequence[str]) -> Iterator[tuple[Path, str, str | Non
 
 def _chunk_command(arguments: argparse.Namespace) -> int:
     config = load_chunk_config(arguments.config, arguments.overrides)
-    counter = get_token_counter(config.tokenizer, config.tokenizer_file)
+    counter = counter_for(config)
     out = sys.stdout
     started = time.perf_counter()
     files_done = failures = chunk_total = token_total = byte_total = 0
@@ -540,7 +540,8 @@ def _strategies_command(arguments: argparse.Namespace) -> int:
     default = ChunkConfig()
     out.write(
         f"Common settings (chunking.*): max_tokens={default.max_tokens}, overlap_tokens={default.overlap_tokens}, "
-        f"tokenizer={default.tokenizer}, tokenizer_file=None\n\n"
+        f"tokenizer={default.tokenizer} (a tiktoken encoding, or huggingface with tokenizer_file naming a "
+        "tokenizer.json), tokenizer_file=None, tokenizer_sha256=None, count_special_tokens=False\n\n"
     )
     for name in available_strategies():
         strategy = get_strategy(name)

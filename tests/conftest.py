@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, settings
 
 import chunkline
 from chunkline.record import CHUNK_UUID_NAMESPACE
-from chunkline.tokenizers import get_token_counter
+from chunkline.tokenizers import counter_for, get_token_counter
 
 # Deterministic property tests in CI: the same examples on every run and every machine.
 settings.register_profile(
@@ -74,7 +74,15 @@ def reference_byte_offset(text: str, char_offset: int) -> int:
 
 
 def exact_token_count(counter, text: str) -> int:
-    """Token count straight from tiktoken, special-token text treated as ordinary text."""
+    """Token count straight from tiktoken, special-token text treated as ordinary text; for a Hugging Face
+    counter, straight from its tokenizer (with the special tokens it adds when it counts them)."""
+    if not hasattr(counter, "encoding"):
+        from chunkline.text_index import as_tokenizers_see_it
+
+        if not text:
+            return 0
+        seen = as_tokenizers_see_it(text)[0]
+        return len(counter.tokenizer.encode(seen, add_special_tokens=counter.count_special_tokens).ids)
     return len(counter.encoding.encode_ordinary(text))
 
 
@@ -149,7 +157,7 @@ def assert_invariants(
     ``over_limit_allowed(chunk)`` says whether a chunk over ``max_tokens`` is a strategy's documented soft
     bound (an atomic unit it never splits); without it no chunk may be over."""
     config = config or chunkline.ChunkConfig()
-    counter = get_token_counter(config.tokenizer, config.tokenizer_file)
+    counter = counter_for(config)
     assert chunks, "every document, even an empty one, has at least one chunk"
     positions = reference_positions(text)
 

@@ -34,7 +34,7 @@ from chunkline.dataset.storage import scrub_secrets
 from chunkline.engine import chunk_document
 from chunkline.schemas import TABLE_SCHEMAS
 from chunkline.structure import parse_markdown
-from chunkline.tokenizers import get_token_counter
+from chunkline.tokenizers import counter_for
 from chunkline.transforms.in_process import apply_in_process
 
 __all__ = ["ChunkDocuments", "CHUNKS", "DOCUMENTS", "ERRORS"]
@@ -53,7 +53,7 @@ class _ChunkDocumentsFn(beam.DoFn):
         self._secrets = secrets
 
     def setup(self) -> None:
-        self._counter = get_token_counter(self._config.tokenizer, self._config.tokenizer_file)
+        self._counter = counter_for(self._config)
         self._documents_done = 0
         self._bytes_done = 0
         self._last_report = time.monotonic()
