@@ -49,8 +49,8 @@ class EvaluationExtraMissingError(ImportError):
 
 
 def _import_extra(module: str, what: str) -> Any:
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
+    root, own = logging.getLogger(), logging.getLogger(module)
+    handlers, level, own_level = list(root.handlers), root.level, own.level
     try:
         return importlib.import_module(module)
     except ImportError as error:
@@ -58,12 +58,14 @@ def _import_extra(module: str, what: str) -> Any:
             f"{what} needs the {module} package ({error}): {EVALUATE_EXTRA_COMMAND}"
         ) from None
     finally:
-        # wordllama configures the root logger (INFO, a stderr handler) when it is imported; a library that
-        # chunkline loads must not change how the program logs.
+        # wordllama configures the root logger (INFO, a stderr handler) when it is imported, and bm25s sets
+        # its own logger to DEBUG: a library chunkline loads must not change how the program logs.
         for handler in root.handlers[:]:
             if handler not in handlers:
                 root.removeHandler(handler)
         root.setLevel(level)
+        if own_level == logging.NOTSET and own.level != logging.NOTSET:
+            own.setLevel(logging.WARNING)
 
 
 def evaluation_text(chunk: Any) -> str:
