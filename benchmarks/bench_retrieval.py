@@ -90,6 +90,7 @@ where it has a token overlap setting, 50 tokens of overlap (``--overlap-tokens``
 ``chunkline KEY=VALUE ...``
     One row per ``--chunkline-variants`` argument: the default config, then ``--set``, then the variant's
     assignments (``min_tokens=64;embed_context=none`` is one variant; ``min_tokens=32/64/128`` is three).
+    Variant rows are always run, whatever ``--systems`` selects.
 ``semantic-text-splitter markdown`` / ``semantic-text-splitter text``
     ``MarkdownSplitter`` / ``TextSplitter.from_tiktoken_model("gpt-3.5-turbo", 512, overlap=50)``
     (cl100k_base), its default ``trim``; offsets from ``chunk_indices`` (character offsets, checked).
@@ -611,13 +612,15 @@ def build_systems(args: argparse.Namespace) -> tuple[list[System], list[str]]:
     register_offline_encoding()
     base = [f"max_tokens={args.chunk_tokens}", f"overlap_tokens={args.overlap_tokens}"]
     candidates: list[tuple[str, Callable[[], list[System]]]] = []
+    variant_names: set[str] = set()
 
     def chunkline_candidate(name: str, assignments: list[str], **options: Any) -> None:
         candidates.append((name, lambda: [chunkline_system(name, chunkline_config(assignments), **options)]))
 
     chunkline_candidate("chunkline", [*base, *args.settings])
     for variant in expand_variants(args.chunkline_variants):
-        chunkline_candidate("chunkline " + " ".join(variant), [*base, *args.settings, *variant])
+        variant_names.add(name := "chunkline " + " ".join(variant))
+        chunkline_candidate(name, [*base, *args.settings, *variant])
     for strategy in CHUNKLINE_STRATEGIES:
         assignments = [f"strategy={strategy}", *base, *STRATEGY_SETTINGS.get(strategy, ()), *args.settings]
         chunkline_candidate(f"chunkline {strategy}", assignments)
@@ -638,7 +641,7 @@ def build_systems(args: argparse.Namespace) -> tuple[list[System], list[str]]:
             continue
         if not made:
             notes.append(f"{family}: not installed (the bench extra: pip install -e '.[bench]'); its rows are left out")
-        systems += [system for system in made if selected(system.name, args.systems)]
+        systems += [system for system in made if system.name in variant_names or selected(system.name, args.systems)]
     return systems, notes
 
 
@@ -1039,7 +1042,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         progress(
             f"{question_set.name}: {len(question_set.documents)} documents, {len(question_set.questions)} questions"
         )
-        progress("\n".join(rule_lines(question_set)) or f"{question_set.name}: questions loaded")
+        for line in rule_lines(question_set):
+            progress(line)
 
     results: dict[str, list[SystemResult]] = {}
     for question_set in question_sets:
