@@ -106,10 +106,14 @@ where it has a token overlap setting, 50 tokens of overlap (``--overlap-tokens``
 
 The tokenizers load without a network (chunkline's offline ``cl100k_base``, registered with tiktoken so
 that LangChain's ``from_tiktoken_encoder`` finds it; semantic-text-splitter's tiktoken-rs bundles its own).
-A peer's chunk is placed in its document by the peer's own offset when ``text[start:start + len(chunk)]
-== chunk``, otherwise by searching for the chunk from the previous chunk's start on; the chunks placed by
-search and any that cannot be placed are counted and printed (the latter are left out of the index). Empty
-chunks are left out for every system. Peers' chunks are indexed and budgeted by their text.
+A peer's chunk is placed in its document at the peer's own offset when ``text[start:start + len(chunk)]
+== chunk`` and that offset follows on from the previous chunk (after its start, at or before its end plus
+whitespace); otherwise at the first occurrence of the chunk's text after the previous chunk's start
+(``place_chunks``). The run prints, per system, the chunks placed by search (an offset that is wrong or
+missing), those moved from another repeat of their text (an offset that matches but skips over text), any
+that cannot be placed (left out of the index), and the characters other than whitespace that no placed
+chunk covers (0 for every system here once placed). Empty chunks are left out for every system. Peers'
+chunks are indexed and budgeted by their text.
 
 Retrieval and the metric
 ------------------------
@@ -267,6 +271,7 @@ REFERENCE_MAX_CHARS = 2000
 MIN_GAP_TOKENS = 600
 """Tokens between the Summary's end and the reference's start: more than a 512-token chunk can span."""
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
+_WHITESPACE = re.compile(r"\s+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -442,19 +447,24 @@ class Placement:
     by_own_offset: int = 0
     by_search: int = 0
     """Chunks whose claimed offset does not match the text (or that claim none), placed by search."""
-    at_later_repeat: int = 0
-    """Chunks whose claimed offset matches a later repeat of the same text, placed at the first one."""
+    at_other_repeat: int = 0
+    """Chunks whose claimed offset matches another repeat of the same text, placed at the first occurrence
+    after the previous chunk's start."""
     not_located: int = 0
     empty: int = 0
+    uncovered_chars: int = 0
+    """Characters other than whitespace that no placed chunk covers (a system that drops text, or a
+    misplaced chunk, shows here)."""
     examples: list[str] = field(default_factory=list)
 
     def add(self, other: Placement) -> None:
         self.chunks += other.chunks
         self.by_own_offset += other.by_own_offset
         self.by_search += other.by_search
-        self.at_later_repeat += other.at_later_repeat
+        self.at_other_repeat += other.at_other_repeat
         self.not_located += other.not_located
         self.empty += other.empty
+        self.uncovered_chars += other.uncovered_chars
         self.examples += other.examples[: MAX_EXAMPLES - len(self.examples)]
 
 
@@ -463,26 +473,31 @@ def place_chunks(
 ) -> tuple[list[PlacedChunk], Placement]:
     """Place each ``(claimed start, chunk text)`` of one document, in the order the system gave them.
 
-    Chunks come in document order, each starting after the one before (overlap or not), so a chunk's place
-    is the first occurrence of its text after the previous chunk's start. The claimed start is taken when
-    ``text[start:start + len(chunk)] == chunk`` and no earlier occurrence lies between the previous chunk's
-    start and it; a claim that lands on a later repeat of the same text is corrected to the first one (and
-    counted), a claim that does not match is replaced by that search (counted), and a chunk found nowhere
-    is counted and left out."""
+    Every system here covers its document in order: each chunk starts after the previous one's start, at
+    or before its end plus whitespace (overlap or not). A claimed start is taken when
+    ``text[start:start + len(chunk)] == chunk`` and it follows on in that way. A claim that matches but
+    lies elsewhere (on an earlier or later repeat of the chunk's text) is moved to the first occurrence
+    after the previous chunk's start; a claim that does not match (or no claim) is replaced by that search.
+    Both are counted, and a chunk found nowhere is counted and left out."""
     placed: list[PlacedChunk] = []
     placement = Placement()
-    search_from = 0
+    previous_start, previous_end = -1, 0
     for claimed, chunk in chunks:
         placement.chunks += 1
         if not chunk:
             placement.empty += 1
             continue
         claim_matches = claimed is not None and 0 <= claimed and text.startswith(chunk, claimed)
-        if claim_matches and claimed < search_from:
-            start = claimed  # the system places it before the previous chunk: its own word stands
+        follows_on = (
+            claim_matches
+            and claimed > previous_start
+            and (claimed <= previous_end or not text[previous_end:claimed].strip())
+        )
+        if follows_on:
+            start = claimed
             placement.by_own_offset += 1
         else:
-            start = text.find(chunk, search_from)
+            start = text.find(chunk, previous_start + 1)
             if start < 0:
                 placement.not_located += 1
                 if len(placement.examples) < MAX_EXAMPLES:
@@ -490,13 +505,24 @@ def place_chunks(
                 continue
             if not claim_matches:
                 placement.by_search += 1
-            elif start == claimed:
-                placement.by_own_offset += 1
+            elif start != claimed:
+                placement.at_other_repeat += 1
             else:
-                placement.at_later_repeat += 1
+                placement.by_own_offset += 1  # the first occurrence after the previous chunk: the claim stands
         placed.append(PlacedChunk(start, start + len(chunk), chunk, chunk))
-        search_from = start + 1
+        previous_start, previous_end = start, max(previous_end, start + len(chunk))
     return placed, placement
+
+
+def uncovered_characters(text: str, placed: Sequence[PlacedChunk]) -> int:
+    """Characters of ``text`` other than whitespace outside every placed chunk's range."""
+    uncovered = 0
+    covered_to = 0
+    for chunk in sorted(placed, key=lambda chunk: chunk.start_char):
+        if chunk.start_char > covered_to:
+            uncovered += len(_WHITESPACE.sub("", text[covered_to : chunk.start_char]))
+        covered_to = max(covered_to, chunk.end_char)
+    return uncovered + len(_WHITESPACE.sub("", text[covered_to:]))
 
 
 @dataclass(frozen=True)
@@ -704,6 +730,7 @@ def evaluate_system(
     placement = Placement()
     for document in question_set.documents:
         placed, document_placement = system.chunk(document)
+        document_placement.uncovered_chars = uncovered_characters(document.text, placed)
         placement.add(document_placement)
         for item in placed:
             ranges.append(RetrievedRange(document.doc_id, item.start_char, item.end_char))
@@ -782,15 +809,25 @@ def placement_lines(results: Sequence[SystemResult]) -> list[str]:
     lines = []
     for result in results:
         placement = result.placement
-        if placement.by_search or placement.at_later_repeat or placement.not_located or placement.empty:
+        if (
+            placement.by_search
+            or placement.at_other_repeat
+            or placement.not_located
+            or placement.empty
+            or placement.uncovered_chars
+        ):
             lines.append(
                 f"  {result.name}: {placement.chunks} chunks, {placement.by_own_offset} at their own offset, "
                 f"{placement.by_search} placed by search (own offset wrong or missing), "
-                f"{placement.at_later_repeat} moved from a later repeat of their text to the first one, "
-                f"{placement.not_located} not located, {placement.empty} empty"
+                f"{placement.at_other_repeat} moved from another repeat of their text, "
+                f"{placement.not_located} not located, {placement.empty} empty; "
+                f"{placement.uncovered_chars} non-whitespace characters in no chunk"
             )
             lines += [f"    not located: {example}" for example in placement.examples]
-    return lines or ["  every chunk of every system lies at its own offset (text[start:end] == chunk)"]
+    return lines or [
+        "  every chunk of every system lies at its own offset (text[start:end] == chunk), and together they "
+        "cover every character but whitespace"
+    ]
 
 
 def timing_table(results: Sequence[SystemResult], embedders: Sequence[str]) -> tuple[list[str], list[list[str]]]:
@@ -900,9 +937,10 @@ def json_report(
                 "chunks": placement.chunks,
                 "by_own_offset": placement.by_own_offset,
                 "by_search": placement.by_search,
-                "at_later_repeat": placement.at_later_repeat,
+                "at_other_repeat": placement.at_other_repeat,
                 "not_located": placement.not_located,
                 "empty": placement.empty,
+                "uncovered_chars": placement.uncovered_chars,
                 "examples": placement.examples,
             },
             "scores": {

@@ -158,11 +158,24 @@ def test_place_chunks_takes_matching_offsets_and_searches_for_the_rest():
     assert placement.examples == ["doc.md: 'missing'"]
 
 
-def test_place_chunks_moves_a_claim_on_a_later_repeat_to_the_first_one():
-    text = "one two. one two. one two."
-    placed, placement = bench.place_chunks("doc.md", text, [(0, "one two."), (18, "one two.")])
-    assert [chunk.start_char for chunk in placed] == [0, 9]
-    assert placement.at_later_repeat == 1
+def test_place_chunks_moves_a_claim_on_another_repeat_to_the_one_that_follows_on():
+    text = "one two. one two. one two. three"
+    # The second claim jumps over a repeat to a later one, the third points back at the first one.
+    chunks = [(0, "one two."), (18, "one two."), (0, "one two."), (None, "three")]
+    placed, placement = bench.place_chunks("doc.md", text, chunks)
+    assert [chunk.start_char for chunk in placed] == [0, 9, 18, 27]
+    assert placement.at_other_repeat == 2 and placement.by_search == 1
+    assert bench.uncovered_characters(text, placed) == 0
+
+
+def test_place_chunks_keeps_a_claim_that_follows_on_even_when_its_text_occurs_earlier():
+    # A fence opener cut off on its own: its text occurs inside the previous chunk too, but the claim
+    # continues right after that chunk, so it is the chunk's place.
+    text = "Use ```rust for code.\n```rust\nfn main() {}\n```\n"
+    chunks = [(0, "Use ```rust for code."), (22, "```rust"), (30, "fn main() {}\n```")]
+    placed, placement = bench.place_chunks("doc.md", text, chunks)
+    assert [chunk.start_char for chunk in placed] == [0, 22, 30]
+    assert placement.by_own_offset == 3
 
 
 def peer_text(text: str) -> str:
