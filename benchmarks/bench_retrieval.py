@@ -663,8 +663,7 @@ def build_systems(args: argparse.Namespace) -> tuple[list[System], list[str]]:
         try:
             made = make()
         except ConfigError as error:
-            notes.append(f"{family}: not run, its config is refused: {error}")
-            continue
+            raise SystemExit(f"error: the {family!r} row's chunkline config is refused: {error}") from None
         if not made:
             notes.append(f"{family}: not installed (the bench extra: pip install -e '.[bench]'); its rows are left out")
         systems += [system for system in made if system.name in variant_names or selected(system.name, args.systems)]

@@ -269,3 +269,12 @@ def test_a_run_on_a_small_markdown_corpus(tmp_path, text, capsys):
         for budget in ("300", "600"):
             scores = result["scores"]["bm25"][budget]["all"]
             assert all(0.0 <= scores[metric] <= 1.0 for metric in ("recall", "precision", "iou", "hit")), name
+
+
+def test_a_chunkline_setting_that_is_refused_stops_the_run(tmp_path):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "guide.md").write_text("# Guide\n\nThe gauges are read at slack water.\n", encoding="utf-8")
+    arguments = ["--sets", "markdown", "--corpus", str(corpus), "--embedders", "bm25", "--set", "max_tokenz=64"]
+    with pytest.raises(SystemExit, match="max_tokenz"):
+        bench.main(arguments)
