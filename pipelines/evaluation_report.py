@@ -57,7 +57,12 @@ def metric_figure(results: Sequence[dict[str, Any]], key: str, title: str) -> Fi
             label=retriever,
             color=_RETRIEVER_COLORS.get(retriever, _OTHER_COLOR),
         )
-        axes.bar_label(bars, labels=[f"{height:.1f}" for height in heights], fontsize=8, padding=2)
+        axes.bar_label(
+            bars,
+            labels=[f"{height:.1f}" if height >= 10 else f"{height:.2f}" for height in heights],
+            fontsize=8,
+            padding=2,
+        )
     axes.set_xticks(list(range(len(configs))), [_short(config, 24) for config in configs])
     axes.set_ylabel("% (mean over questions)")
     top = max([0.0, *values.values()])

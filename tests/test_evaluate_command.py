@@ -335,3 +335,21 @@ def test_without_the_evaluate_extra_the_error_is_the_pip_command(capsys, tmp_pat
     finally:
         load_wordllama_embedder.cache_clear()
     assert message.endswith("pip install 'chunkline[evaluate]'")
+
+
+def test_a_corpus_without_markdown(capsys, tmp_path):
+    _, questions = _tiny_case(tmp_path)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "notes.txt").write_text("not markdown\n", encoding="utf-8")
+    message = _one_line_error(*_run(capsys, str(empty), "--questions", str(questions))[::2])
+    assert f"corpus input {empty} matches no file (names ending in .md, .markdown)" in message
+
+
+def test_the_same_corpus_and_questions_give_the_same_output(capsys, tmp_path):
+    corpus, questions = _tiny_case(tmp_path)
+    first = _run(capsys, str(corpus), "--questions", str(questions), "--format", "json")
+    second = _run(capsys, str(corpus), "--questions", str(questions), "--format", "json")
+    assert first[0] == second[0] == 0
+    assert first[1] == second[1]
+    assert [row["retriever"] for row in json.loads(first[1])["results"]] == ["embedding", "bm25"]

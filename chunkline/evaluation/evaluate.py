@@ -106,6 +106,7 @@ class EvaluationResult:
     budget_tokens: int
     embedder: str | None
     seconds: float
+    """How long the evaluation took (not in :meth:`to_dict`, whose figures are the same on every run)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -114,7 +115,6 @@ class EvaluationResult:
             "budget_tokens": self.budget_tokens,
             "budget_tokenizer": BUDGET_TOKENIZER,
             "embedder": self.embedder,
-            "seconds": round(self.seconds, 3),
             "configs": {name: config.to_dict() for name, config in self.configs.items()},
             "results": [result.to_dict() for result in self.results],
         }
