@@ -906,7 +906,8 @@ def text_report(
         for budget in args.budgets:
             for group in question_set.groups:
                 header, rows = score_table(set_results, args.embedders, budget, group)
-                lines += ["", table_title(question_set, group, budget), "", render(header, rows)]
+                title = table_title(question_set, group, budget)
+                lines += ["", f"### {title}" if markdown else title, "", render(header, rows)]
         lines += ["", "chunk placement (peers' offsets checked against the text):", *placement_lines(set_results)]
         header, rows = timing_table(set_results, args.embedders)
         lines += ["", f"wall time per system on {question_set.name} (seconds):", "", render(header, rows)]

@@ -244,12 +244,17 @@ def test_variants_expand_to_rows():
     ]
 
 
-def test_a_run_on_a_small_markdown_corpus(tmp_path, text, capsys):
+def small_corpus(tmp_path: Path, text: str) -> Path:
     corpus = tmp_path / "corpus"
     (corpus / "rust-rfcs").mkdir(parents=True)
     (corpus / "rust-rfcs" / "0042-tide-gauge-calibration.md").write_text(text, encoding="utf-8")
     (corpus / "rust-rfcs" / "0043-no-summary.md").write_text(text.replace("## Summary", "## Abstract"), "utf-8")
     (corpus / "guide.md").write_text("# Guide\n\nThe gauges are read at slack water.\n", encoding="utf-8")
+    return corpus
+
+
+def test_a_run_on_a_small_markdown_corpus(tmp_path, text, capsys):
+    corpus = small_corpus(tmp_path, text)
     arguments = ["--sets", "markdown", "--corpus", str(corpus), "--embedders", "bm25", "--budgets", "300,600"]
     arguments += ["--systems", "chunkline,window 200", "--chunkline-variants", "max_tokens=128/256", "--format", "json"]
     assert bench.main(arguments) == 0
@@ -269,6 +274,21 @@ def test_a_run_on_a_small_markdown_corpus(tmp_path, text, capsys):
         for budget in ("300", "600"):
             scores = result["scores"]["bm25"][budget]["all"]
             assert all(0.0 <= scores[metric] <= 1.0 for metric in ("recall", "precision", "iou", "hit")), name
+
+
+@pytest.mark.parametrize("output", ["text", "markdown"])
+def test_the_tables_name_every_row_and_budget(tmp_path, text, capsys, output):
+    corpus = small_corpus(tmp_path, text)
+    arguments = ["--sets", "markdown", "--corpus", str(corpus), "--embedders", "bm25", "--budgets", "300,600"]
+    assert bench.main([*arguments, "--systems", "chunkline*,window 400", "--format", output]) == 0
+    printed = capsys.readouterr().out
+    assert "markdown rule: 3 files, 1 give a question" in printed
+    for budget in (300, 600):
+        assert f"markdown: 1 questions, budget {budget} tokens" in printed
+    rows = [line for line in printed.splitlines() if line.lstrip("| ").startswith(("chunkline", "window"))]
+    names = {"chunkline", "window 400", *(f"chunkline {name}" for name in bench.CHUNKLINE_STRATEGIES)}
+    for name in names:
+        assert sum(1 for row in rows if row.lstrip("| ").split("  ")[0].split(" |")[0].strip() == name) >= 2, name
 
 
 def test_a_chunkline_setting_that_is_refused_stops_the_run(tmp_path):
