@@ -3,6 +3,10 @@
 ``chunkline chunk FILE...``
     Preview the chunks of markdown files (or every ``.md``/``.markdown`` file under a folder) in the
     terminal, or as JSON lines with ``--format jsonl``. Runs the engine directly; no Beam.
+``chunkline evaluate CORPUS... --questions FILE [--config [NAME=]FILE ...]``
+    Measure what each chunking config does to retrieval: chunk the corpus with it, retrieve the best chunks
+    for every question within one token budget (an offline embedding model and BM25), and report recall,
+    precision and IoU over the questions' reference character ranges. No Beam.
 ``chunkline strategies``
     List the registered chunking strategies with their parameters and defaults.
 ``chunkline run INPUT... --output URL``
@@ -158,6 +162,53 @@ def build_parser() -> argparse.ArgumentParser:
     )
     inspect.set_defaults(handler=_inspect_command)
 
+    evaluate = commands.add_parser(
+        "evaluate",
+        help="measure what chunking configs do to retrieval, on your own questions",
+        description=(
+            "Chunk the corpus with each --config, retrieve the best chunks for every question within the same "
+            "token budget with an offline embedding model and with BM25, and report recall, precision and IoU "
+            "over the questions' reference character ranges. Questions: Chroma's questions_df.csv, or JSON "
+            'Lines {"question": ..., "references": [{"doc_id": ..., "start_char": ..., "end_char": ...}]}.'
+        ),
+    )
+    evaluate.add_argument("corpus", nargs="+", metavar="CORPUS", help="folders, files or globs (as for `run`)")
+    evaluate.add_argument("--questions", required=True, metavar="FILE", help="the questions file (CSV or JSONL)")
+    evaluate.add_argument(
+        "--config",
+        dest="configs",
+        action="append",
+        default=[],
+        metavar="[NAME=]FILE",
+        help="a config to compare (repeatable; named by NAME or the file's stem); none: the defaults",
+    )
+    evaluate.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override one setting in every config, e.g. --set max_tokens=256 (repeatable)",
+    )
+    evaluate.add_argument(
+        "--budget-tokens",
+        type=_positive_count,
+        default=1000,
+        metavar="N",
+        help="retrieved tokens per question, counted in cl100k_base on the chunks' text (default 1000)",
+    )
+    evaluate.add_argument(
+        "--retriever",
+        choices=("embedding", "bm25", "both"),
+        default="both",
+        help="embedding: wordllama's offline model; bm25: the lexical baseline; both (default)",
+    )
+    evaluate.add_argument(
+        "--format", choices=("table", "json"), default="table", help="table (default) or one JSON object"
+    )
+    evaluate.add_argument("--report", metavar="PATH", help="also write an HTML page with the charts to PATH")
+    evaluate.set_defaults(handler=_evaluate_command)
+
     strategies = commands.add_parser(
         "strategies",
         help="list the chunking strategies and their parameters",
@@ -183,6 +234,13 @@ def _count(text: str) -> int:
     """A whole number >= 0, for options such as ``--preview-chars``."""
     if not re.fullmatch(r"[0-9]+", text.strip()):
         raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return int(text)
+
+
+def _positive_count(text: str) -> int:
+    """A whole number >= 1, for ``--budget-tokens``."""
+    if not re.fullmatch(r"[0-9]+", text.strip()) or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
     return int(text)
 
 
@@ -421,6 +479,66 @@ def _inspect_command(arguments: argparse.Namespace) -> int:
             print(f"chunkline: error: cannot write the HTML report to {arguments.html}: {error}", file=sys.stderr)
             return 2
         print(f"\nHTML report: {arguments.html}")
+    return 0
+
+
+def _evaluate_command(arguments: argparse.Namespace) -> int:
+    from chunkline.dataset.settings import storage_secrets
+    from chunkline.evaluation.corpus import CorpusError, load_input_config, read_corpus
+    from chunkline.evaluation.evaluate import (
+        EvaluationError,
+        evaluate_configs,
+        format_table,
+        load_named_configs,
+        require_retrievers,
+    )
+    from chunkline.evaluation.questions import QuestionsFileError, load_questions
+    from chunkline.evaluation.retrieval import EvaluationExtraMissingError
+
+    started = time.perf_counter()
+    input_config = load_input_config(arguments.corpus, arguments.overrides)
+    arguments.secrets = tuple(storage_secrets(input_config.storage_options))
+    configs = load_named_configs(arguments.configs, arguments.overrides)
+    for config in configs.values():
+        counter_for(config)  # a tokenizer that cannot load fails here, before any work
+    retrievers = ("embedding", "bm25") if arguments.retriever == "both" else (arguments.retriever,)
+
+    def progress(message: str) -> None:
+        print(f"chunkline: {message}", file=sys.stderr, flush=True)
+
+    try:
+        require_retrievers(retrievers)
+        questions = load_questions(arguments.questions, storage_options=dict(input_config.storage_options))
+        corpus = read_corpus(input_config)
+        for doc_id, why in corpus.left_out.items():
+            progress(f"{doc_id}: left out: {why}")
+        result = evaluate_configs(
+            corpus,
+            questions,
+            configs,
+            budget_tokens=arguments.budget_tokens,
+            retrievers=retrievers,
+            progress=progress,
+        )
+    except (QuestionsFileError, CorpusError, EvaluationError, EvaluationExtraMissingError) as error:
+        _print_error(arguments, str(error))
+        return 2
+    if arguments.format == "json":
+        print(json.dumps(result.to_dict(), ensure_ascii=False, indent=2))
+    else:
+        print(format_table(result))
+    if arguments.report:
+        from chunkline.pipelines.evaluation_report import render_evaluation_report
+        from chunkline.pipelines.report import save_html
+
+        try:
+            save_html(render_evaluation_report(result.to_dict()), arguments.report)
+        except OSError as error:
+            _print_error(arguments, f"cannot write the HTML report to {arguments.report}: {error}")
+            return 2
+        progress(f"HTML report: {arguments.report}")
+    elapsed = time.perf_counter() - started
+    progress(f"evaluated {len(configs)} config(s) x {len(retrievers)} retriever(s) in {elapsed:.1f} s")
     return 0
 
 

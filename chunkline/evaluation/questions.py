@@ -1,0 +1,192 @@
+"""Questions with reference spans: what a retrieval should find, as document + character ranges.
+
+Two formats are read, told apart by the file's suffix (``.csv``; ``.jsonl``, ``.ndjson`` or ``.json``) or,
+for any other name, by its first character (``{`` starts JSON Lines):
+
+- Chroma's ``questions_df.csv`` as it is: columns ``question``, ``references`` (a JSON list of
+  ``{"content", "start_index", "end_index"}``) and ``corpus_id``; the document is ``<corpus_id>.md``.
+- JSON Lines, one question per line::
+
+      {"question": "...", "references": [{"doc_id": "guide/setup.md", "start_char": 120, "end_char": 310}]}
+
+A reference's range is half-open, in characters of the document as ``chunkline run`` decodes it, and its
+``doc_id`` the one ``chunkline run`` gives the file (its POSIX path relative to the corpus folder). A
+reference may carry its ``content``; its length must then be the range's. A bad row is one
+:class:`QuestionsFileError` naming the file, the row and what is wrong with it.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["ReferenceSpan", "Question", "QuestionsFileError", "load_questions", "parse_questions"]
+
+#: The largest questions file read (a file of 300 questions with their passages is about 150 kB).
+MAX_QUESTIONS_FILE_BYTES = 256 * 2**20
+
+
+@dataclass(frozen=True, slots=True)
+class ReferenceSpan:
+    """One passage that answers a question."""
+
+    doc_id: str
+    """The doc id ``chunkline run`` gives the file (POSIX path relative to the corpus root)."""
+    start_char: int
+    """Offset of the passage's first character in the decoded document."""
+    end_char: int
+    """Offset just past the passage's last character (half-open)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Question:
+    """A question and the passages that answer it."""
+
+    question: str
+    references: tuple[ReferenceSpan, ...]
+
+
+class QuestionsFileError(ValueError):
+    """A questions file that cannot be read, or one of its rows that is not a valid question."""
+
+
+def load_questions(path: str, *, storage_options: dict | None = None) -> list[Question]:
+    """The questions of the file at ``path`` (a local path or any fsspec URL), in file order."""
+    import fsspec
+
+    try:
+        with fsspec.open(path, "rb", **(storage_options or {})) as handle:
+            data = handle.read(MAX_QUESTIONS_FILE_BYTES + 1)
+    except FileNotFoundError:
+        raise QuestionsFileError(f"questions file {path}: no such file") from None
+    except IsADirectoryError:
+        raise QuestionsFileError(f"questions file {path}: a folder, not a file") from None
+    except OSError as error:
+        raise QuestionsFileError(f"questions file {path}: cannot be read ({error.strerror or error})") from None
+    if len(data) > MAX_QUESTIONS_FILE_BYTES:
+        raise QuestionsFileError(f"questions file {path}: over {MAX_QUESTIONS_FILE_BYTES // 2**20} MB")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        raise QuestionsFileError(f"questions file {path}: not UTF-8 (byte {error.start})") from None
+    return parse_questions(text, path)
+
+
+def parse_questions(text: str, name: str) -> list[Question]:
+    """The questions in ``text``, the contents of the file ``name`` (whose suffix picks the format)."""
+    lower = name.lower()
+    if lower.endswith(".csv"):
+        rows = _csv_questions(text, name)
+    elif lower.endswith((".jsonl", ".ndjson", ".json")) or text.lstrip().startswith("{"):
+        rows = _jsonl_questions(text, name)
+    else:
+        rows = _csv_questions(text, name)
+    questions = list(rows)
+    if not questions:
+        raise QuestionsFileError(f"questions file {name}: no questions in it")
+    return questions
+
+
+def _csv_questions(text: str, name: str) -> Iterator[Question]:
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    columns = reader.fieldnames or []
+    missing = [column for column in ("question", "references", "corpus_id") if column not in columns]
+    if missing:
+        raise QuestionsFileError(
+            f"questions file {name}: no column {', '.join(missing)} (a questions CSV has the columns question, "
+            f"references and corpus_id; this one has {', '.join(columns) or 'none'})"
+        )
+    for row_number, row in enumerate(reader, start=1):
+        where = f"questions file {name}, row {row_number}"
+        if None in row or any(value is None for value in row.values()):
+            raise QuestionsFileError(f"{where}: {len(columns)} columns expected, found a different number")
+        corpus_id = row["corpus_id"].strip()
+        if not corpus_id:
+            raise QuestionsFileError(f"{where}: corpus_id is empty")
+        try:
+            references = json.loads(row["references"])
+        except json.JSONDecodeError as error:
+            raise QuestionsFileError(
+                f"{where}: references is not JSON ({error.msg} at character {error.pos})"
+            ) from None
+        yield Question(
+            _question_text(row["question"], where),
+            _references(references, where, doc_id=f"{corpus_id}.md", start_key="start_index", end_key="end_index"),
+        )
+
+
+def _jsonl_questions(text: str, name: str) -> Iterator[Question]:
+    for line_number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        where = f"questions file {name}, row {line_number}"
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise QuestionsFileError(f"{where}: not a JSON object ({error.msg} at character {error.pos})") from None
+        if not isinstance(record, dict):
+            raise QuestionsFileError(f"{where}: not a JSON object but {_kind(record)}")
+        unknown = sorted(set(record) - {"question", "references"})
+        if unknown:
+            raise QuestionsFileError(f"{where}: unknown key {unknown[0]!r} (a row has question and references)")
+        if "references" not in record:
+            raise QuestionsFileError(f"{where}: no references")
+        yield Question(
+            _question_text(record.get("question"), where),
+            _references(record["references"], where, doc_id=None, start_key="start_char", end_key="end_char"),
+        )
+
+
+def _question_text(value: Any, where: str) -> str:
+    if value is not None and not isinstance(value, str):
+        raise QuestionsFileError(f"{where}: the question is {_kind(value)}, not text")
+    if not value or not value.strip():
+        raise QuestionsFileError(f"{where}: the question is empty")
+    return value
+
+
+def _references(
+    value: Any, where: str, *, doc_id: str | None, start_key: str, end_key: str
+) -> tuple[ReferenceSpan, ...]:
+    """The reference spans of one row: ``doc_id`` is the CSV row's document, or None when each reference
+    names its own (JSON Lines)."""
+    if not isinstance(value, list):
+        raise QuestionsFileError(f"{where}: references is {_kind(value)}, not a list")
+    if not value:
+        raise QuestionsFileError(f"{where}: references is empty (every question needs at least one passage)")
+    spans = []
+    for number, reference in enumerate(value, start=1):
+        at = f"{where}, reference {number}"
+        if not isinstance(reference, dict):
+            raise QuestionsFileError(f"{at}: {_kind(reference)}, not an object")
+        document = doc_id
+        if document is None:
+            document = reference.get("doc_id")
+            if not isinstance(document, str) or not document:
+                raise QuestionsFileError(f"{at}: no doc_id")
+        start, end = reference.get(start_key), reference.get(end_key)
+        for key, offset in ((start_key, start), (end_key, end)):
+            if offset is None:
+                raise QuestionsFileError(f"{at}: no {key}")
+            if not isinstance(offset, int) or isinstance(offset, bool):
+                raise QuestionsFileError(f"{at}: {key} is {_kind(offset)}, not a whole number")
+        if not 0 <= start < end:
+            raise QuestionsFileError(f"{at}: {start_key} {start} and {end_key} {end} are not a range 0 <= start < end")
+        content = reference.get("content")
+        if content is not None and (not isinstance(content, str) or len(content) != end - start):
+            length = f"{len(content)} characters" if isinstance(content, str) else _kind(content)
+            raise QuestionsFileError(f"{at}: content is {length}, but the range {start}..{end} has {end - start}")
+        spans.append(ReferenceSpan(document, start, end))
+    return tuple(spans)
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {bool: "a boolean", int: "a number", float: "a number", str: "text", list: "a list", dict: "an object"}.get(
+        type(value), type(value).__name__
+    )

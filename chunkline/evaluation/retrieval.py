@@ -1,0 +1,221 @@
+"""Ranking chunks for a question, and taking the best ones within a token budget.
+
+Two retrievers, both offline:
+
+- :class:`EmbeddingIndex` over an :class:`Embedder`; :func:`load_wordllama_embedder` gives the static
+  embedding model whose weights and tokenizer the ``wordllama`` wheel ships (256 dimensions, token
+  embeddings averaged), loaded without any download;
+- :class:`Bm25Index`, the lexical baseline (``bm25s``: lowercase words of two characters or more, no stop
+  words removed, no stemming).
+
+A ranking holds every text, best first; ties keep the texts' order, so rankings are deterministic.
+:func:`take_within_budget` then keeps the best chunks whose tokens fit in a budget counted by
+:func:`budget_token_counter` (cl100k_base, the same for every config compared) on the text a reader is
+handed: the chunk's verbatim text. What a chunk is embedded and indexed by is :func:`evaluation_text`.
+
+The embedder and BM25 need the ``evaluate`` extra: without it they raise
+:class:`EvaluationExtraMissingError`, whose message is the pip command.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import logging
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+__all__ = [
+    "EVALUATE_EXTRA_COMMAND",
+    "Bm25Index",
+    "Embedder",
+    "EmbeddingIndex",
+    "EvaluationExtraMissingError",
+    "WordLlamaEmbedder",
+    "budget_token_counter",
+    "evaluation_text",
+    "load_wordllama_embedder",
+    "take_within_budget",
+]
+
+EVALUATE_EXTRA_COMMAND = "pip install 'chunkline[evaluate]'"
+
+
+class EvaluationExtraMissingError(ImportError):
+    """A package of the ``evaluate`` extra (wordllama, bm25s) is not installed."""
+
+
+def _import_extra(module: str, what: str) -> Any:
+    root, own = logging.getLogger(), logging.getLogger(module)
+    handlers, level, own_level = list(root.handlers), root.level, own.level
+    try:
+        return importlib.import_module(module)
+    except ImportError as error:
+        raise EvaluationExtraMissingError(
+            f"{what} needs the {module} package ({error}): {EVALUATE_EXTRA_COMMAND}"
+        ) from None
+    finally:
+        # wordllama configures the root logger (INFO, a stderr handler) when it is imported, and bm25s sets
+        # its own logger to DEBUG: a library chunkline loads must not change how the program logs.
+        for handler in root.handlers[:]:
+            if handler not in handlers:
+                root.removeHandler(handler)
+        root.setLevel(level)
+        if own_level == logging.NOTSET and own.level != logging.NOTSET:
+            own.setLevel(logging.WARNING)
+
+
+def evaluation_text(chunk: Any) -> str:
+    """What a chunk is embedded and indexed by: its ``embed_text`` when it has one, else its ``text``."""
+    return getattr(chunk, "embed_text", None) or chunk.text
+
+
+class Embedder(Protocol):
+    """An embedding model: texts in, one L2-normalised row per text out."""
+
+    name: str
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """``(len(texts), dim)`` float32, each row of length 1 (or all zeros for a text with no tokens)."""
+
+
+#: Texts embedded per call to the model; texts are sorted by length first, so a batch pads little.
+_EMBED_BATCH = 64
+
+
+class WordLlamaEmbedder:
+    """The static embedding model the ``wordllama`` wheel ships (``l2_supercat``, 256 dimensions)."""
+
+    def __init__(self, model: Any, name: str):
+        self._model = model
+        self.name = name
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        texts = list(texts)
+        dim = self._model.embedding.shape[1]
+        vectors = np.zeros((len(texts), dim), dtype=np.float32)
+        if not texts:
+            return vectors
+        order = sorted(range(len(texts)), key=lambda index: len(texts[index]))
+        for batch_start in range(0, len(order), _EMBED_BATCH):
+            batch = order[batch_start : batch_start + _EMBED_BATCH]
+            vectors[batch] = self._model.embed([texts[index] for index in batch], norm=False, batch_size=len(batch))
+        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+        np.divide(vectors, norms, out=vectors, where=norms > 0)
+        return vectors
+
+
+@functools.cache
+def load_wordllama_embedder() -> WordLlamaEmbedder:
+    """The wordllama model from the files of its installed wheel, with downloads disabled; loaded once per
+    process.
+
+    wordllama looks for a wheel's tokenizer under ``tokenizer/`` while the wheel ships it under
+    ``tokenizers/``, which is where it looks inside a cache folder: the package's own folder is given as that
+    cache folder, so both the weights and the tokenizer are read from the installed files."""
+    wordllama = _import_extra("wordllama", "the embedding retriever")
+    package = Path(wordllama.__file__).parent
+    config = "l2_supercat"
+    dim = 256
+    try:
+        model = wordllama.WordLlama.load(config, cache_dir=package, dim=dim, disable_download=True)
+    except FileNotFoundError as error:
+        raise EvaluationExtraMissingError(
+            f"the wordllama package in {package} lacks its model files ({error}); reinstall it: "
+            f"{EVALUATE_EXTRA_COMMAND}"
+        ) from None
+    version = getattr(wordllama, "__version__", "")
+    return WordLlamaEmbedder(model, f"wordllama-{config}-{dim}" + (f" {version}" if version else ""))
+
+
+def _ranking(scores: np.ndarray) -> np.ndarray:
+    """Indices best first; equal scores keep the texts' order."""
+    return np.argsort(-scores, kind="stable")
+
+
+class EmbeddingIndex:
+    """Texts embedded once; a query ranks them by cosine similarity."""
+
+    def __init__(self, embedder: Embedder, texts: Sequence[str]):
+        self.embedder = embedder
+        self.vectors = embedder.embed(list(texts))
+
+    def rank(self, query: str) -> np.ndarray:
+        """Indices of the texts, best first (all of them)."""
+        return _ranking(self.scores(query))
+
+    def scores(self, query: str) -> np.ndarray:
+        """The cosine similarity of each text to ``query``."""
+        if not len(self.vectors):
+            return np.zeros(0, dtype=np.float32)
+        return self.vectors @ self.embedder.embed([query])[0]
+
+
+class Bm25Index:
+    """BM25 (``bm25s``, Lucene's variant, k1 1.5, b 0.75) over lowercase words, no stop words removed."""
+
+    def __init__(self, texts: Sequence[str]):
+        self._bm25s = _import_extra("bm25s", "the BM25 retriever")
+        self.size = len(texts)
+        self._index = None
+        tokens = self._tokens(list(texts)) if self.size else []
+        if any(tokens):  # texts without a single word all score 0
+            self._index = self._bm25s.BM25()
+            self._index.index(tokens, show_progress=False)
+
+    def _tokens(self, texts: list[str]) -> list[list[str]]:
+        return self._bm25s.tokenize(texts, lower=True, stopwords=None, return_ids=False, show_progress=False)
+
+    def rank(self, query: str) -> np.ndarray:
+        """Indices of the texts, best first (all of them)."""
+        return _ranking(self.scores(query))
+
+    def scores(self, query: str) -> np.ndarray:
+        """The BM25 score of each text for ``query`` (0 for texts sharing no word with it)."""
+        if self._index is None:
+            return np.zeros(self.size, dtype=np.float32)
+        words = self._tokens([query])[0]
+        known = self._index.get_tokens_ids(words)
+        if not known:
+            return np.zeros(self.size, dtype=np.float32)
+        return np.asarray(self._index.get_scores_from_ids(known), dtype=np.float32)
+
+
+def take_within_budget(ranked: Sequence[int], token_counts: Sequence[int], budget_tokens: int) -> list[int]:
+    """The items of ``ranked`` (indices into ``token_counts``) kept within ``budget_tokens``, in rank order.
+
+    The ranking is walked best first: an item is kept when its tokens still fit in what is left of the
+    budget and skipped when they do not (a smaller item further down may still fit), until nothing more
+    can fit."""
+    if budget_tokens < 0:
+        raise ValueError(f"budget_tokens must be >= 0, got {budget_tokens}")
+    ranked = np.asarray(ranked, dtype=np.int64)
+    if not ranked.size:
+        return []
+    counts = np.asarray(token_counts, dtype=np.int64)[ranked]
+    if (counts < 0).any():
+        raise ValueError("token counts must be >= 0")
+    smallest = int(counts.min())
+    kept: list[int] = []
+    left = budget_tokens
+    position = 0
+    while position < len(counts) and left >= smallest:
+        fitting = np.flatnonzero(counts[position:] <= left)
+        if not fitting.size:
+            break
+        position += int(fitting[0])
+        kept.append(int(ranked[position]))
+        left -= int(counts[position])
+        position += 1
+    return kept
+
+
+def budget_token_counter() -> Callable[[str], int]:
+    """Counts in cl100k_base (loaded offline, as chunkline's tokenizers load it): the retrieved-token budget
+    is counted in one fixed tokenizer for every config compared."""
+    from chunkline.tokenizers import get_token_counter
+
+    return get_token_counter("cl100k_base").count

@@ -1,0 +1,355 @@
+"""``chunkline evaluate``: the sample corpus end to end, a case computed by hand, and its mistakes."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from chunkline import ChunkConfig, chunk_markdown
+from chunkline.pipelines import cli
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLE_CORPUS = ROOT / "sample_corpus"
+SAMPLE_QUESTIONS = Path(__file__).parent / "fixtures" / "evaluation" / "sample_corpus_questions.jsonl"
+
+
+def _run(capsys, *arguments: str) -> tuple[int, str, str]:
+    status = cli.main(["evaluate", *arguments])
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def _sample_texts() -> dict[str, str]:
+    """doc id -> text of every sample corpus file, decoded as ``chunkline run`` decodes (UTF-8, no newline
+    translation: one file has CRLF line ends)."""
+    return {
+        path.relative_to(SAMPLE_CORPUS).as_posix(): path.read_bytes().decode("utf-8")
+        for path in sorted(SAMPLE_CORPUS.rglob("*.md"))
+    }
+
+
+def test_the_sample_questions_slice_out_their_stated_text():
+    texts = _sample_texts()
+    rows = [json.loads(line) for line in SAMPLE_QUESTIONS.read_text(encoding="utf-8").splitlines()]
+    assert len(rows) == 12
+    for row in rows:
+        for reference in row["references"]:
+            text = texts[reference["doc_id"]]
+            assert text[reference["start_char"] : reference["end_char"]] == reference["content"]
+
+
+def test_sample_corpus_with_both_retrievers(capsys, tmp_path):
+    small = tmp_path / "small.yaml"
+    small.write_text("chunking:\n  max_tokens: 128\n", encoding="utf-8")
+    report = tmp_path / "report.html"
+    status, out, err = _run(
+        capsys,
+        str(SAMPLE_CORPUS),
+        "--questions",
+        str(SAMPLE_QUESTIONS),
+        "--config",
+        f"defaults={ROOT / 'configs' / 'default.yaml'}",
+        "--config",
+        str(small),
+        "--set",
+        "overlap_tokens=0",
+        "--format",
+        "json",
+        "--report",
+        str(report),
+    )
+    assert status == 0, err
+    result = json.loads(out)
+    assert (result["questions"], result["documents"], result["budget_tokens"]) == (12, 12, 1000)
+    assert result["embedder"].startswith("wordllama-l2_supercat-256")
+    assert [(row["config"], row["retriever"]) for row in result["results"]] == [
+        ("defaults", "embedding"),
+        ("defaults", "bm25"),
+        ("small", "embedding"),
+        ("small", "bm25"),
+    ]
+    texts = _sample_texts()
+    for name, max_tokens in (("defaults", 512), ("small", 128)):
+        config = ChunkConfig(max_tokens=max_tokens, overlap_tokens=0)  # --set applies to every config
+        assert result["configs"][name] == config.to_dict()
+        chunks = [chunk for doc_id, text in texts.items() for chunk in chunk_markdown(text, config, doc_id=doc_id)]
+        rows = [row for row in result["results"] if row["config"] == name]
+        for row in rows:
+            assert row["chunks"] == len(chunks)
+            assert row["mean_chunk_tokens"] == pytest.approx(sum(c.token_count for c in chunks) / len(chunks), abs=0.01)
+            for key in ("recall_percent", "precision_percent", "iou_percent", "hit_rate_percent"):
+                assert 0 <= row[key] <= 100
+            assert row["iou_percent"] <= min(row["recall_percent"], row["precision_percent"]) + 1e-9
+            assert 0 < row["retrieved_tokens_per_question"] <= 1000
+            # The questions were written for these documents: a working retriever finds most passages, where a
+            # random pick of 1000 of the corpus's ~39,000 tokens would cover about 3% of them.
+            assert row["recall_percent"] > 50
+            assert row["hit_rate_percent"] > 50
+    page = report.read_text(encoding="utf-8")
+    embedded = json.loads(re.search(r'<script type="application/json" id="report-data">(.*?)</script>', page).group(1))
+    assert embedded["results"] == result["results"]
+    assert page.count("data:image/png;base64,") == 2
+    assert "http://" not in page and "https://" not in page
+    assert "HTML report" in err and "chunking 12 documents" in err
+
+
+def test_table_output_names_every_config_and_retriever(capsys):
+    status, out, err = _run(capsys, str(SAMPLE_CORPUS), "--questions", str(SAMPLE_QUESTIONS), "--retriever", "bm25")
+    assert status == 0, err
+    lines = out.splitlines()
+    assert lines[0].startswith("12 questions over 12 documents; up to 1,000 retrieved tokens per question")
+    assert lines[2].split() == [
+        "config",
+        "retriever",
+        "recall",
+        "%",
+        "precision",
+        "%",
+        "IoU",
+        "%",
+        "hit",
+        "rate",
+        "%",
+        "chunks",
+        "mean",
+        "tokens",
+        "median",
+        "tokens",
+        "retrieved",
+        "tokens/q",
+    ]
+    assert [line.split()[:2] for line in lines[3:]] == [["default", "bm25"]]
+
+
+# A corpus small enough to score by hand. With the default config (headings) each section is one chunk:
+#
+#   a.md = "# Tides\n\nHigh water comes twice a day.\n\n# Gauge\n\nThe gauge is zeroed against chart datum.\n"
+#          a#0 = [0, 40)   "# Tides\n" (8) + "\n" (1) + "High water comes twice a day.\n" (30) + "\n" (1)
+#          a#1 = [40, 90)  "# Gauge\n" (8) + "\n" (1) + "The gauge is zeroed against chart datum.\n" (41)
+#   b.md = "# Office\n\nThe office opens at seven.\n"
+#          b#0 = [0, 37)   "# Office\n" (9) + "\n" (1) + "The office opens at seven.\n" (27)
+#
+# The budget is the three chunks' tokens minus one: every question gets exactly its two best chunks.
+# BM25 rankings (words of two letters or more, lowercase; "a" is no word):
+#   Q1 "When is the gauge zeroed against chart datum?": a#1 holds six of its words, b#0 only "the", a#0 none
+#      -> a#1, b#0. Reference a.md[62, 88) "zeroed against chart datum" (26 characters), inside a#1.
+#      covered 26, retrieved 50 + 37 = 87: recall 26/26, precision 26/87, IoU 26/(87 + 26 - 26) = 26/87.
+#   Q2 "How often does high water come, and when does the office open?": a#0 holds "high" and "water" (each in
+#      one chunk only), b#0 "the" and "office" (twice), a#1 only "the" (in two chunks, and a#1 is the longest)
+#      -> a#0 and b#0. References a.md[9, 38) "High water comes twice a day." (29) and b.md[10, 36) "The office
+#      opens at seven." (26): 55 characters, all covered; retrieved 40 + 37 = 77: recall 1, precision 55/77,
+#      IoU 55/77.
+#   Q3 "How often does the water come up?": a#0 "water" (one chunk), b#0 and a#1 "the" once each, b#0 the
+#      shorter -> a#0, b#0. Reference a.md[9, 38) (29): recall 1, precision 29/77, IoU 29/77.
+#   Q4 "When is the gauge zeroed?": a#1, then b#0 ("the"). Reference a.md[9, 88), from "High water" to
+#      "chart datum" (79 characters), across a#0 and a#1: covered a.md[40, 88) = 48, retrieved 87:
+#      recall 48/79, precision 48/87, IoU 48/(87 + 79 - 48) = 48/118.
+TINY_A = "# Tides\n\nHigh water comes twice a day.\n\n# Gauge\n\nThe gauge is zeroed against chart datum.\n"
+TINY_B = "# Office\n\nThe office opens at seven.\n"
+TINY_QUESTIONS = [
+    ("When is the gauge zeroed against chart datum?", [("a.md", 62, 88)]),
+    ("How often does high water come, and when does the office open?", [("a.md", 9, 38), ("b.md", 10, 36)]),
+    ("How often does the water come up?", [("a.md", 9, 38)]),
+    ("When is the gauge zeroed?", [("a.md", 9, 88)]),
+]
+HAND_RECALL = (1 + 1 + 1 + 48 / 79) / 4
+HAND_PRECISION = (26 / 87 + 55 / 77 + 29 / 77 + 48 / 87) / 4
+HAND_IOU = (26 / 87 + 55 / 77 + 29 / 77 + 48 / 118) / 4
+
+
+def _tiny_case(tmp_path: Path) -> tuple[Path, Path]:
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.md").write_bytes(TINY_A.encode("utf-8"))
+    (corpus / "b.md").write_bytes(TINY_B.encode("utf-8"))
+    questions = tmp_path / "questions.jsonl"
+    lines = [
+        json.dumps(
+            {
+                "question": question,
+                "references": [{"doc_id": d, "start_char": s, "end_char": e} for d, s, e in references],
+            }
+        )
+        for question, references in TINY_QUESTIONS
+    ]
+    questions.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return corpus, questions
+
+
+def test_figures_equal_a_hand_computation(capsys, tmp_path):
+    chunks = chunk_markdown(TINY_A, doc_id="a.md") + chunk_markdown(TINY_B, doc_id="b.md")
+    assert [(c.doc_id, c.start_char, c.end_char) for c in chunks] == [
+        ("a.md", 0, 40),
+        ("a.md", 40, 90),
+        ("b.md", 0, 37),
+    ]
+    assert TINY_A[62:88] == "zeroed against chart datum" and TINY_A[9:38] == "High water comes twice a day."
+    assert TINY_B[10:36] == "The office opens at seven."
+    budget = sum(chunk.token_count for chunk in chunks) - 1
+    corpus, questions = _tiny_case(tmp_path)
+    status, out, err = _run(
+        capsys,
+        str(corpus),
+        "--questions",
+        str(questions),
+        "--retriever",
+        "bm25",
+        "--budget-tokens",
+        str(budget),
+        "--format",
+        "json",
+    )
+    assert status == 0, err
+    (row,) = json.loads(out)["results"]
+    assert row["recall_percent"] == pytest.approx(100 * HAND_RECALL, abs=1e-4)
+    assert row["precision_percent"] == pytest.approx(100 * HAND_PRECISION, abs=1e-4)
+    assert row["iou_percent"] == pytest.approx(100 * HAND_IOU, abs=1e-4)
+    assert row["hit_rate_percent"] == 100
+    assert row["chunks"] == 3
+    assert row["retrieved_chunks_per_question"] == 2
+    # Q1 and Q4 retrieve a#1 + b#0, Q2 and Q3 a#0 + b#0.
+    counts = [chunk.token_count for chunk in chunks]
+    assert row["retrieved_tokens_per_question"] == pytest.approx(
+        (2 * (counts[1] + counts[2]) + 2 * (counts[0] + counts[2])) / 4
+    )
+    assert row["median_chunk_tokens"] == sorted(counts)[1]
+
+
+def test_the_evaluation_api_gives_the_same_figures_per_question(tmp_path):
+    from chunkline.evaluation.corpus import load_input_config, read_corpus
+    from chunkline.evaluation.evaluate import evaluate_configs
+    from chunkline.evaluation.questions import load_questions
+
+    corpus_path, questions_path = _tiny_case(tmp_path)
+    corpus = read_corpus(load_input_config([str(corpus_path)], environ={}))
+    questions = load_questions(str(questions_path))
+    budget = sum(chunk.token_count for text in (TINY_A, TINY_B) for chunk in chunk_markdown(text)) - 1
+    result = evaluate_configs(corpus, questions, {"default": ChunkConfig()}, budget_tokens=budget, retrievers=["bm25"])
+    scores = result.results[0].per_question
+    assert [score.recall for score in scores] == pytest.approx([1, 1, 1, 48 / 79])
+    assert [score.precision for score in scores] == pytest.approx([26 / 87, 55 / 77, 29 / 77, 48 / 87])
+    assert [score.iou for score in scores] == pytest.approx([26 / 87, 55 / 77, 29 / 77, 48 / 118])
+
+
+# --------------------------------------------------------------------------------------------------
+# Mistakes: one line on stderr, exit status 2
+# --------------------------------------------------------------------------------------------------
+
+
+def _one_line_error(status: int, err: str) -> str:
+    assert status == 2
+    lines = [line for line in err.splitlines() if line.startswith("chunkline: error:")]
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+def _write_questions(tmp_path: Path, references: list[dict]) -> Path:
+    path = tmp_path / "questions.jsonl"
+    path.write_text(json.dumps({"question": "Where is the gauge?", "references": references}) + "\n", encoding="utf-8")
+    return path
+
+
+def test_a_reference_to_a_document_the_corpus_lacks(capsys, tmp_path):
+    corpus, _ = _tiny_case(tmp_path)
+    questions = _write_questions(tmp_path, [{"doc_id": "c.md", "start_char": 0, "end_char": 5}])
+    message = _one_line_error(*_run(capsys, str(corpus), "--questions", str(questions))[::2])
+    assert "question 1 ('Where is the gauge?') refers to c.md" in message
+    assert "not a document of the corpus (2 documents)" in message
+
+
+def test_a_near_miss_document_name_is_suggested(capsys, tmp_path):
+    corpus, _ = _tiny_case(tmp_path)
+    questions = _write_questions(tmp_path, [{"doc_id": "corpus/a.md", "start_char": 0, "end_char": 5}])
+    message = _one_line_error(*_run(capsys, str(corpus), "--questions", str(questions))[::2])
+    assert "refers to corpus/a.md" in message and "did you mean a.md?" in message
+
+
+def test_a_reference_past_the_end_of_its_document(capsys, tmp_path):
+    corpus, _ = _tiny_case(tmp_path)
+    questions = _write_questions(tmp_path, [{"doc_id": "b.md", "start_char": 30, "end_char": 38}])
+    message = _one_line_error(*_run(capsys, str(corpus), "--questions", str(questions))[::2])
+    assert "question 1" in message and "30..38 ends past the end of b.md (37 characters)" in message
+
+
+def test_a_reference_to_a_document_that_could_not_be_read(capsys, tmp_path):
+    corpus, _ = _tiny_case(tmp_path)
+    (corpus / "bad.md").write_bytes(b"caf\xe9\n")
+    questions = _write_questions(tmp_path, [{"doc_id": "bad.md", "start_char": 0, "end_char": 2}])
+    status, _, err = _run(capsys, str(corpus), "--questions", str(questions))
+    message = _one_line_error(status, err)
+    assert "refers to bad.md, which was not read: not valid UTF-8 at byte 3" in message
+    assert "chunkline: bad.md: left out: not valid UTF-8" in err
+
+
+def test_a_bad_questions_file(capsys, tmp_path):
+    corpus, _ = _tiny_case(tmp_path)
+    questions = tmp_path / "questions.csv"
+    questions.write_text('question,references,corpus_id\nWhere?,"[{""start_index"": 4}]",a\n', encoding="utf-8")
+    message = _one_line_error(*_run(capsys, str(corpus), "--questions", str(questions))[::2])
+    assert f"questions file {questions}, row 1, reference 1: no end_index" in message
+    missing = tmp_path / "absent.jsonl"
+    message = _one_line_error(*_run(capsys, str(corpus), "--questions", str(missing))[::2])
+    assert f"questions file {missing}: no such file" in message
+
+
+def test_a_missing_corpus_folder(capsys, tmp_path):
+    _, questions = _tiny_case(tmp_path)
+    message = _one_line_error(*_run(capsys, str(tmp_path / "nowhere"), "--questions", str(questions))[::2])
+    assert "corpus input" in message and "nowhere does not exist" in message
+
+
+def test_bad_options(capsys, tmp_path):
+    corpus, questions = _tiny_case(tmp_path)
+    status, _, err = _run(capsys, str(corpus), "--questions", str(questions), "--budget-tokens", "0")
+    assert status == 2 and "expected a whole number >= 1" in err
+    config = tmp_path / "one.yaml"
+    config.write_text("chunking:\n  max_tokens: 64\n", encoding="utf-8")
+    message = _one_line_error(
+        *_run(capsys, str(corpus), "--questions", str(questions), "--config", str(config), "--config", str(config))[::2]
+    )
+    assert "a second config named 'one'" in message
+    message = _one_line_error(*_run(capsys, str(corpus), "--questions", str(questions), "--set", "max_tokens=-3")[::2])
+    assert "max_tokens" in message
+    status, _, err = _run(capsys, str(corpus), "--questions", str(questions), "--retriever", "dense")
+    assert status == 2 and "invalid choice: 'dense'" in err
+
+
+def test_without_the_evaluate_extra_the_error_is_the_pip_command(capsys, tmp_path, monkeypatch):
+    from chunkline.evaluation.retrieval import load_wordllama_embedder
+
+    corpus, questions = _tiny_case(tmp_path)
+    monkeypatch.setitem(sys.modules, "bm25s", None)
+    message = _one_line_error(*_run(capsys, str(corpus), "--questions", str(questions), "--retriever", "bm25")[::2])
+    assert message.endswith("pip install 'chunkline[evaluate]'")
+    monkeypatch.setitem(sys.modules, "wordllama", None)
+    load_wordllama_embedder.cache_clear()
+    try:
+        message = _one_line_error(
+            *_run(capsys, str(corpus), "--questions", str(questions), "--retriever", "embedding")[::2]
+        )
+    finally:
+        load_wordllama_embedder.cache_clear()
+    assert message.endswith("pip install 'chunkline[evaluate]'")
+
+
+def test_a_corpus_without_markdown(capsys, tmp_path):
+    _, questions = _tiny_case(tmp_path)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "notes.txt").write_text("not markdown\n", encoding="utf-8")
+    message = _one_line_error(*_run(capsys, str(empty), "--questions", str(questions))[::2])
+    assert f"corpus input {empty} matches no file (names ending in .md, .markdown)" in message
+
+
+def test_the_same_corpus_and_questions_give_the_same_output(capsys, tmp_path):
+    corpus, questions = _tiny_case(tmp_path)
+    first = _run(capsys, str(corpus), "--questions", str(questions), "--format", "json")
+    second = _run(capsys, str(corpus), "--questions", str(questions), "--format", "json")
+    assert first[0] == second[0] == 0
+    assert first[1] == second[1]
+    assert [row["retriever"] for row in json.loads(first[1])["results"]] == ["embedding", "bm25"]

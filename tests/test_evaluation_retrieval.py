@@ -1,0 +1,144 @@
+"""The retrievers (wordllama offline, BM25), the token budget and what a chunk is indexed by."""
+
+from __future__ import annotations
+
+import socket
+import sys
+import time
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from chunkline import chunk_markdown
+from chunkline.evaluation import retrieval
+from chunkline.evaluation.retrieval import (
+    Bm25Index,
+    EmbeddingIndex,
+    EvaluationExtraMissingError,
+    budget_token_counter,
+    evaluation_text,
+    load_wordllama_embedder,
+    take_within_budget,
+)
+
+PASSAGES = [
+    "The harbour cafeteria serves lunch from noon until two.",
+    "To calibrate the tide gauge, zero its pressure sensor against the chart datum at slack water.",
+    "Invoices for berth fees are sent at the end of each month.",
+    "Pilots board incoming ships at the fairway buoy.",
+]
+
+
+@pytest.fixture
+def no_network(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("a network connection was attempted")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+
+
+def test_wordllama_loads_offline_and_ranks_the_relevant_passage_first(no_network):
+    load_wordllama_embedder.cache_clear()
+    started = time.perf_counter()
+    embedder = load_wordllama_embedder()
+    load_seconds = time.perf_counter() - started
+    assert load_wordllama_embedder() is embedder  # loaded once per process
+    assert embedder.name.startswith("wordllama-l2_supercat-256")
+    vectors = embedder.embed(PASSAGES + [""])
+    assert vectors.shape == (5, 256) and vectors.dtype == np.float32
+    assert np.allclose(np.linalg.norm(vectors[:4], axis=1), 1.0, atol=1e-5)
+    assert not vectors[4].any()  # a text without tokens has no direction
+    index = EmbeddingIndex(embedder, PASSAGES)
+    assert index.rank("How do I calibrate the tide gauge?")[0] == 1
+    assert index.rank("Where does the pilot get on board?")[0] == 3
+    assert sorted(index.rank("lunch")) == [0, 1, 2, 3]
+    assert load_seconds < 10, f"loading the embedding model took {load_seconds:.1f} s"
+
+
+def test_embedding_does_not_depend_on_the_batch_it_is_in():
+    embedder = load_wordllama_embedder()
+    many = [f"passage {number} about {PASSAGES[number % 4]}" for number in range(150)]
+    together = embedder.embed(many)
+    alone = np.stack([embedder.embed([text])[0] for text in many[:5]])
+    np.testing.assert_allclose(together[:5], alone, atol=1e-6)
+
+
+def test_bm25_ranks_by_shared_words_lowercase_without_stop_words_removed():
+    index = Bm25Index(PASSAGES)
+    assert index.rank("TIDE gauge")[0] == 1
+    assert index.rank("fairway buoy pilots")[0] == 3
+    # Stop words are kept: "the" (in every passage) and "of" (in passage 2 only) score.
+    assert (index.scores("the") > 0).all()
+    assert index.scores("of")[2] > 0 and (index.scores("of")[[0, 1, 3]] == 0).all()
+    # No word in common: every passage scores 0 and the ranking is the passages' order.
+    assert index.rank("zeppelin").tolist() == [0, 1, 2, 3]
+    assert Bm25Index([]).rank("tide").tolist() == []
+    assert Bm25Index(["", "..."]).rank("tide").tolist() == [0, 1]
+
+
+def test_rankings_break_ties_by_position():
+    index = Bm25Index(["tide gauge", "harbour", "tide gauge"])
+    assert index.rank("tide").tolist() == [0, 2, 1]
+
+
+def test_take_within_budget_keeps_what_fits_and_skips_what_does_not():
+    # counts by item: 0 -> 8, 1 -> 5, 2 -> 2, 3 -> 1. Budget 10: 0 (8, 2 left), 1 skipped (5 > 2),
+    # 2 (2, 0 left), then nothing fits.
+    assert take_within_budget([0, 1, 2, 3], [8, 5, 2, 1], 10) == [0, 2]
+    # Budget 11: 0 (3 left), 1 skipped, 2 (1 left), 3 (0 left).
+    assert take_within_budget([0, 1, 2, 3], [8, 5, 2, 1], 11) == [0, 2, 3]
+    assert take_within_budget([3, 1, 0, 2], [4, 6, 5, 2], 10) == [3, 1]
+    assert take_within_budget([0, 1], [7, 9], 6) == []
+    assert take_within_budget([1, 0], [0, 3], 0) == [0]
+    assert take_within_budget([], [], 100) == []
+    with pytest.raises(ValueError):
+        take_within_budget([0], [1], -1)
+
+
+@given(
+    counts=st.lists(st.integers(0, 40), min_size=1, max_size=30),
+    budget=st.integers(0, 120),
+    seed=st.integers(0, 2**16),
+)
+def test_take_within_budget_equals_a_plain_walk(counts, budget, seed):
+    ranked = np.random.default_rng(seed).permutation(len(counts)).tolist()
+    expected, left = [], budget
+    for item in ranked:
+        if counts[item] <= left:
+            expected.append(item)
+            left -= counts[item]
+    assert take_within_budget(ranked, counts, budget) == expected
+
+
+def test_budget_is_counted_in_cl100k_base():
+    count = budget_token_counter()
+    assert count("hello world") == 2
+    assert count("") == 0
+
+
+def test_a_chunk_is_indexed_by_its_text_until_it_has_an_embed_text():
+    chunk = chunk_markdown("# Tides\n\nThey rise twice a day.\n")[0]
+    assert evaluation_text(chunk) == chunk.text
+
+    class WithEmbedText:
+        text = "They rise twice a day."
+        embed_text = "Tides: They rise twice a day."
+
+    assert evaluation_text(WithEmbedText()) == "Tides: They rise twice a day."
+
+
+def test_without_the_evaluate_extra_the_error_names_the_pip_command(monkeypatch):
+    monkeypatch.setitem(sys.modules, "bm25s", None)
+    monkeypatch.setitem(sys.modules, "wordllama", None)
+    load_wordllama_embedder.cache_clear()
+    try:
+        with pytest.raises(EvaluationExtraMissingError, match=r"pip install 'chunkline\[evaluate\]'"):
+            Bm25Index(["tide"])
+        with pytest.raises(EvaluationExtraMissingError, match=r"pip install 'chunkline\[evaluate\]'"):
+            load_wordllama_embedder()
+    finally:
+        load_wordllama_embedder.cache_clear()
+    assert retrieval.EVALUATE_EXTRA_COMMAND == "pip install 'chunkline[evaluate]'"
