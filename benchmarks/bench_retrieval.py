@@ -24,8 +24,11 @@ Question sets (``--sets``)
     table is printed for all questions and one per corpus.
 ``markdown``
     Questions built from ``../shared/corpus`` (the Rust book and the Rust RFCs, real markdown written by
-    others) by the rule below; the searched corpus is every ``*.md`` file under that folder, with the doc
+    others) by the rule below; the searched corpus is every markdown file under that folder, with the doc
     id ``chunkline run`` gives it (its POSIX path relative to the folder: ``rust-rfcs/0001-private-fields.md``).
+
+Both sets' documents are read as ``chunkline run`` reads them (``chunkline.evaluation.corpus.read_corpus``:
+the same listing, doc ids and decoding), so reference offsets and chunk offsets index the same text.
 
 The markdown rule
 ~~~~~~~~~~~~~~~~~
@@ -156,13 +159,11 @@ from markdown_it import MarkdownIt
 
 import chunkline
 from chunkline import ChunkConfig, ConfigError, load_chunk_config
-from chunkline.dataset.decoding import decode_file
 from chunkline.tokenizers import load_encoding
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 DEFAULT_RETRIEVAL = REPOSITORY / ".." / "shared" / "retrieval"
 DEFAULT_CORPUS = REPOSITORY / ".." / "shared" / "corpus"
-MARKDOWN_SUFFIXES = (".md", ".markdown")
 ENCODING_NAME = "cl100k_base"
 SEMANTIC_MODEL = "gpt-3.5-turbo"  # tiktoken-rs maps it to cl100k_base
 CHUNK_TOKENS = 512
@@ -194,18 +195,16 @@ class Document:
     text: str
 
 
-def read_document(path: Path, doc_id: str) -> Document:
-    """The file decoded as ``chunkline run`` decodes it (UTF-8, strictly; a byte order mark kept)."""
+def read_documents(folder: Path) -> tuple[list[Document], dict[str, str]]:
+    """Every markdown document under ``folder`` as ``chunkline run`` reads it (its listing, doc ids and
+    decoding, through ``chunkline.evaluation.corpus``), in doc id order, and the files it leaves out."""
+    from chunkline.evaluation.corpus import CorpusError, load_input_config, read_corpus
+
     try:
-        text, _encoding, _replaced = decode_file(path.read_bytes(), "strict")
-    except (UnicodeDecodeError, ValueError) as error:
-        raise SystemExit(f"error: {path} cannot be read as markdown text ({error})") from None
-    return Document(doc_id, text)
-
-
-def markdown_documents(folder: Path) -> list[Document]:
-    paths = sorted(path for path in folder.rglob("*") if path.is_file() and path.suffix.lower() in MARKDOWN_SUFFIXES)
-    return [read_document(path, path.relative_to(folder).as_posix()) for path in paths]
+        corpus = read_corpus(load_input_config([str(folder)], environ={}))
+    except (CorpusError, ConfigError) as error:
+        raise SystemExit(f"error: {error}") from None
+    return [Document(doc_id, item.text) for doc_id, item in corpus.documents.items()], dict(corpus.left_out)
 
 
 @dataclass
@@ -251,14 +250,14 @@ def check_references(set_name: str, documents: Sequence[Document], questions: Se
 def load_chroma_set(folder: Path, limit: int | None) -> QuestionSet:
     from chunkline.evaluation.questions import load_questions
 
-    corpora = folder / "corpora"
-    documents = [read_document(path, path.name) for path in sorted(corpora.glob("*.md"))]
+    documents, left_out = read_documents(folder / "corpora")
     questions = limit_questions(load_questions(str(folder / "questions.csv")), limit)
     check_references("chroma", documents, questions)
     groups: dict[str, list[int]] = {}
     for index, question in enumerate(questions):
         groups.setdefault(question.references[0].doc_id.removesuffix(".md"), []).append(index)
-    return QuestionSet("chroma", documents, questions, {"all": list(range(len(questions))), **groups})
+    notes = [f"left out (as chunkline run would): {doc_id}: {why}" for doc_id, why in left_out.items()]
+    return QuestionSet("chroma", documents, questions, {"all": list(range(len(questions))), **groups}, notes)
 
 
 # ---------------------------------------------------------------------------------- the markdown rule
@@ -404,7 +403,7 @@ def build_markdown_questions(
 def load_markdown_set(folder: Path, count: int, limit: int | None, count_tokens: Callable[[str], int]) -> QuestionSet:
     from chunkline.evaluation.questions import Question, ReferenceSpan
 
-    documents = markdown_documents(folder)
+    documents, left_out = read_documents(folder)
     built, counts = build_markdown_questions(documents, count, count_tokens)
     questions = [
         Question(item.question, (ReferenceSpan(item.doc_id, item.start_char, item.end_char),)) for item in built
@@ -414,7 +413,7 @@ def load_markdown_set(folder: Path, count: int, limit: int | None, count_tokens:
     check_references("markdown", documents, questions)
     reference_chars = [span.end_char - span.start_char for question in questions for span in question.references]
     question_chars = [len(question.question) for question in questions]
-    notes = []
+    notes = [f"left out (as chunkline run would): {doc_id}: {why}" for doc_id, why in left_out.items()]
     if questions:
         notes.append(
             f"question characters median {statistics.median(question_chars):.0f}, "
