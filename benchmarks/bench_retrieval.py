@@ -6,6 +6,11 @@ Usage::
                                          [--budgets 1024,2048] [--questions-limit N]
                                          [--set key=value ...] [--chunkline-variants key=v1/v2 ...]
                                          [--format text|markdown|json] [--markdown]
+                                         [--embedders wordllama,bm25] [--chunk-tokens 512] [--overlap-tokens 50]
+                                         [--markdown-questions 250] [--retrieval DIR] [--corpus DIR]
+
+``--set`` takes what ``chunkline run --set`` takes (``min_tokens=64``; a strategy's parameter as
+``chunking.headings.sub_split=window``) and applies to every chunkline row but the windows.
 
 Every system chunks the same documents; its chunks are indexed by each embedder; for each question the
 ranked chunks are taken best first while their text still fits in the retrieved-token budget; and the
@@ -1005,16 +1010,23 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--embedders", type=comma_list, default=list(EMBEDDERS), help="default: wordllama,bm25")
     parser.add_argument("--budgets", type=budget_list, default=list(BUDGETS_TOKENS), help="default: 1024,2048")
     parser.add_argument("--questions-limit", type=int, metavar="N", help="the first N questions of each corpus")
-    parser.add_argument("--markdown-questions", type=int, default=MARKDOWN_QUESTIONS, metavar="N")
-    parser.add_argument("--chunk-tokens", type=int, default=CHUNK_TOKENS)
-    parser.add_argument("--overlap-tokens", type=int, default=OVERLAP_TOKENS)
+    parser.add_argument(
+        "--markdown-questions",
+        type=int,
+        default=MARKDOWN_QUESTIONS,
+        metavar="N",
+        help=f"the most questions the markdown rule keeps (default: {MARKDOWN_QUESTIONS})",
+    )
+    parser.add_argument("--chunk-tokens", type=int, default=CHUNK_TOKENS, help=f"default: {CHUNK_TOKENS}")
+    parser.add_argument("--overlap-tokens", type=int, default=OVERLAP_TOKENS, help=f"default: {OVERLAP_TOKENS}")
     parser.add_argument(
         "--set",
         dest="settings",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="a chunkline setting for every chunkline row (not the windows), e.g. --set min_tokens=64",
+        help="a chunkline setting for every chunkline row (not the windows), as chunkline run --set takes it: "
+        "min_tokens=64, chunking.headings.sub_split=window",
     )
     parser.add_argument(
         "--chunkline-variants",
