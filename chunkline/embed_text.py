@@ -39,12 +39,10 @@ from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-import numpy as np
-
 from chunkline.capacity import Capacity
 from chunkline.protected import after_blank_lines
 from chunkline.structure import PROTECTED_KINDS, MarkdownDocument, Section, section_paths
-from chunkline.token_offsets import TokenOffsets
+from chunkline.token_offsets import TokenOffsets, spaces_are_clean_cuts
 from chunkline.tokenizers import TiktokenCounter, TokenCounter
 
 __all__ = [
@@ -73,6 +71,11 @@ PATH_SEPARATOR = " > "
 
 #: The reserve is at most ``max_tokens // RESERVE_SHARE``: the chunk's own text keeps most of the budget.
 RESERVE_SHARE = 4
+
+# Exact counts of breadcrumb pieces (a heading after " > ", a title), per tokenizer name: the same
+# headings recur across the documents of a corpus ("Motivation", "Examples", ...).
+_PIECE_COUNTS: dict[str, dict[str, int]] = {}
+_MAX_PIECE_COUNTS = 100_000
 
 #: The smallest budget a strategy is given (see chunkline.config.MIN_MAX_TOKENS).
 _MIN_BUDGET = 4
@@ -151,14 +154,16 @@ class EmbedText:
         self._title_part = " ".join(self.title.split())
         self.offsets: TokenOffsets | None = None
         """The document's token offsets, when the reserve needed them."""
-        self._lines: dict[tuple[str, ...], str] = {}
         self._prefix_counts: dict[str, int] = {}
+        self._line_counts: dict[tuple[str, ...], int] = {}
         # heading path -> (context line and separator, its count, context line)
         self._prefixes: dict[tuple[str, ...], tuple[str, int, str]] = {}
         self._special = int(getattr(counter, "special_tokens_added", 0))
         # A line start whose first character is neither whitespace nor "/" is a clean cut for such counters
         # (chunkline.token_offsets): a prefix that ends with a line break then counts on its own.
         self._byte_level = isinstance(counter, TiktokenCounter)
+        # The default breadcrumb is counted from its parts where spaces are clean cuts.
+        self._breadcrumbs_by_parts = self.template == DEFAULT_EMBED_CONTEXT and spaces_are_clean_cuts(counter)
         self._clean_joins = bool(getattr(counter, "line_starts_are_clean_cuts", False)) and not getattr(
             counter, "slices_counted_exactly", False
         )
@@ -176,23 +181,77 @@ class EmbedText:
 
     def context_line(self, heading_path: Sequence[str]) -> str:
         """The rendered context line of a chunk under ``heading_path`` (``""`` for none)."""
-        key = tuple(heading_path)
-        line = self._lines.get(key)
-        if line is None:
-            line = self._lines[key] = self._render(self._title_part, key)
-        return line
+        return self._prefix(tuple(heading_path))[2]
+
+    def _prefix(self, heading_path: tuple[str, ...]) -> tuple[str, int, str]:
+        """(the context line and separator, its exact token count, the context line) for ``heading_path``."""
+        prefixed = self._prefixes.get(heading_path)
+        if prefixed is None:
+            if self._breadcrumbs_by_parts:
+                crumbs = self._crumbs(self._title_part, heading_path)
+                line = PATH_SEPARATOR.join(crumbs)
+                if not line:
+                    count = 0
+                elif all(part and not part[-1].isspace() for part in crumbs) and not line[0].isspace():
+                    count = self._breadcrumb_count(crumbs)
+                else:
+                    line = line.strip()
+                    count = self._prefix_count(line + SEPARATOR) if line else 0
+            else:
+                line = self._render(self._title_part, heading_path)
+                count = self._prefix_count(line + SEPARATOR) if line else 0
+            prefixed = self._prefixes[heading_path] = (line + SEPARATOR, count, line)
+        return prefixed
+
+    def _breadcrumb_count(self, crumbs: tuple[str, ...]) -> int:
+        """The count of ``" > ".join(crumbs) + SEPARATOR``, from the parent breadcrumb's count: the space
+        before each ``>`` follows a character that is not whitespace, a clean cut for the counter
+        (:data:`chunkline.token_offsets.SPACE_CUT_PATTERNS`), so the line counts as its parent and the
+        rest counted apart (pieces shared by many lines, such as a heading that recurs in many documents,
+        are counted once per process)."""
+        if len(crumbs) == 1:
+            return self._piece_count(crumbs[0] + SEPARATOR)
+        return self._breadcrumb_line_count(crumbs[:-1]) + self._piece_count(PATH_SEPARATOR + crumbs[-1] + SEPARATOR)
+
+    def _breadcrumb_line_count(self, crumbs: tuple[str, ...]) -> int:
+        """The count of ``" > ".join(crumbs)`` (see :meth:`_breadcrumb_count`)."""
+        count = self._line_counts.get(crumbs)
+        if count is None:
+            if len(crumbs) == 1:
+                count = self._piece_count(crumbs[0])
+            else:
+                count = self._breadcrumb_line_count(crumbs[:-1]) + self._piece_count(PATH_SEPARATOR + crumbs[-1])
+            self._line_counts[crumbs] = count
+        return count
+
+    def _piece_count(self, piece: str) -> int:
+        counts = _PIECE_COUNTS.setdefault(self.counter.name, {})
+        count = counts.get(piece)
+        if count is None:
+            if len(counts) >= _MAX_PIECE_COUNTS:
+                counts.clear()
+            count = counts[piece] = self.counter.count(piece)
+        return count
+
+    @staticmethod
+    def _crumbs(title: str, heading_path: tuple[str, ...]) -> tuple[str, ...]:
+        parts = heading_path if "" not in heading_path else tuple(part for part in heading_path if part)
+        return parts if not title or (parts and parts[0] == title) else (title, *parts)
 
     def _render(self, title: str, heading_path: tuple[str, ...]) -> str:
-        if self.template is None:
+        template = self.template
+        if template is None:
             return ""
-        parts = [part for part in heading_path if part]
-        crumbs = parts if not title or (parts and parts[0] == title) else [title, *parts]
+        parts = heading_path if "" not in heading_path else tuple(part for part in heading_path if part)
+        crumbs = self._crumbs(title, parts)
+        if template == DEFAULT_EMBED_CONTEXT:
+            return PATH_SEPARATOR.join(crumbs).strip()
         values = {
             "title": title,
             "heading_path": PATH_SEPARATOR.join(parts),
             "breadcrumb": PATH_SEPARATOR.join(crumbs),
         }
-        return self.template.format_map(values).strip()
+        return template.format_map(values).strip()
 
     def _shorter_lines(self, heading_path: tuple[str, ...]) -> list[str]:
         """Ever shorter context lines for ``heading_path``: outer headings dropped one by one (the innermost
@@ -233,17 +292,18 @@ class EmbedText:
             return 0
         line_tokens = 0
         if self.template is not None:
-            for path in set(map(tuple, heading_paths)):
-                line = self.context_line(path)
-                if line:
-                    line_tokens = max(line_tokens, self._prefix_count(line + SEPARATOR) - self._special)
+            prefix_of = self._prefix
+            line_tokens = max(0, max((prefix_of(path)[1] for path in heading_paths), default=0) - self._special)
         header_tokens = 0
         if self._tables:
             offsets = self._document_offsets()
             slack = _slack(offsets)
             threshold = max_tokens - min(cap, line_tokens)
-            for table in self._tables:
-                if not keeps_blocks_whole or offsets.estimate(table.start, table.end) + slack > threshold:
+            table_estimates = offsets.estimates(
+                [table.start for table in self._tables], [table.end for table in self._tables]
+            )
+            for table, estimate in zip(self._tables, table_estimates.tolist()):
+                if not keeps_blocks_whole or estimate + slack > threshold:
                     header_tokens = max(header_tokens, self._prefix_count(table.header) - self._special)
         reserve = min(cap, line_tokens + header_tokens)
         if reserve and keeps_blocks_whole:
@@ -261,27 +321,34 @@ class EmbedText:
         text = document.text
         offsets = self._document_offsets()
         slack = _slack(offsets)
-        if offsets.estimate(0, len(text)) + slack <= threshold:
-            return 0
+        # Estimates from the offsets' arrays (the strategy may never need the token ends as a list), in
+        # one call for the sections and one for the long blocks in those that may hold one over threshold.
         sections = document.sections
-        estimates = offsets.estimates(
+        section_estimates = offsets.estimates(
             [section.start_char for section in sections], [section.end_char for section in sections]
-        )
+        ).tolist()
         # A byte-level BPE token holds at least one UTF-8 byte: a block of few characters has few tokens.
         min_chars = threshold // (1 if document.index.is_ascii else 4) if self._byte_level else 0
+        blocks = [
+            block
+            for section, estimate in zip(sections, section_estimates)
+            if estimate + slack > threshold
+            for block in document.blocks_within(section.start_char, section.end_char, PROTECTED_KINDS)
+            if block.end_char - block.start_char > min_chars
+        ]
+        if not blocks:
+            return 0
+        block_estimates = offsets.estimates(
+            [block.start_char for block in blocks], [block.end_char for block in blocks]
+        )
         largest = 0
-        for slot in np.flatnonzero(estimates + slack > threshold).tolist():
-            section = sections[slot]
-            for block in document.blocks_within(section.start_char, section.end_char, PROTECTED_KINDS):
-                if block.end_char - block.start_char <= min_chars:
-                    continue
-                estimate = offsets.estimate(block.start_char, block.end_char)
-                if estimate + slack <= threshold or estimate > max_tokens + slack:
-                    continue
-                content_end = block.start_char + len(text[block.start_char : block.end_char].rstrip())
-                count = offsets.count(block.start_char, content_end)
-                if threshold < count <= max_tokens:
-                    largest = max(largest, count)
+        for block, estimate in zip(blocks, block_estimates.tolist()):
+            if estimate + slack <= threshold or estimate > max_tokens + slack:
+                continue
+            content_end = block.start_char + len(text[block.start_char : block.end_char].rstrip())
+            count = offsets.count(block.start_char, content_end)
+            if threshold < count <= max_tokens:
+                largest = max(largest, count)
         return largest
 
     def _document_offsets(self) -> TokenOffsets:
@@ -334,11 +401,7 @@ class EmbedText:
         else:
             body = text[body_start:end]
             body_count = self.offsets.count(body_start, end) if self.offsets is not None else self.counter.count(body)
-        prefixed = self._prefixes.get(heading_path)
-        if prefixed is None:
-            line = self.context_line(heading_path)
-            prefixed = self._prefixes[heading_path] = (line + SEPARATOR, self._prefix_count(line + SEPARATOR), line)
-        prefix, prefix_count, line = prefixed
+        prefix, prefix_count, line = self._prefixes.get(heading_path) or self._prefix(heading_path)
         header = self._table_header_at(body_start) if self._tables and body else ""
         if not body:
             return self._line_alone(heading_path, line)
@@ -350,11 +413,47 @@ class EmbedText:
         if self._clean_joins and not body[0].isspace() and body[0] != "/":
             count = prefix_count + body_count  # the prefix ends with a line break: a clean cut
         else:
-            count = self.counter.count(prefix + body)
+            count = self._joined_count(prefix, body_start, end, body, body_count)
         max_tokens = self.max_tokens
         if max_tokens is None or count <= max_tokens:
             return prefix + body, count
-        return self._shortened(heading_path, line, header, body, body_count, chunk_text, token_count)
+        return self._shortened(heading_path, line, header, (body_start, end, body, body_count), chunk_text, token_count)
+
+    def embed_many(
+        self,
+        starts: Sequence[int],
+        ends: Sequence[int],
+        heading_paths: Sequence[tuple[str, ...]],
+        token_counts: Sequence[int],
+        chunk_texts: Sequence[str],
+    ) -> list[tuple[str, int]]:
+        """:meth:`embed` of each chunk; the common case (a chunk that starts with its own text, outside
+        front matter and tables, under a context line that joins it cleanly) without a call per chunk."""
+        text = self._text
+        front_matter_end = self._front_matter_end
+        prefixes = self._prefixes
+        prefix_of = self._prefix
+        clean = self._clean_joins and not self._tables
+        limit = self.max_tokens if self.max_tokens is not None else float("inf")
+        embed = self.embed
+        results = []
+        append = results.append
+        for start, end, heading_path, token_count, chunk_text in zip(
+            starts, ends, heading_paths, token_counts, chunk_texts
+        ):
+            if clean and front_matter_end <= start < end:
+                first = text[start]
+                if not first.isspace() and first != "/":
+                    prefix, prefix_count, line = prefixes.get(heading_path) or prefix_of(heading_path)
+                    if not line:
+                        append((chunk_text, token_count))
+                        continue
+                    count = prefix_count + token_count
+                    if count <= limit:
+                        append((prefix + chunk_text, count))
+                        continue
+            append(embed(start, end, heading_path, token_count, chunk_text))
+        return results
 
     def _line_alone(self, heading_path: tuple[str, ...], line: str) -> tuple[str, int]:
         """The ``embed_text`` of a chunk without a body (its text is front matter or blank): the context
@@ -371,8 +470,7 @@ class EmbedText:
         heading_path: tuple[str, ...],
         line: str,
         header: str,
-        body: str,
-        body_count: int,
+        body_slice: tuple[int, int, str, int],
         chunk_text: str,
         token_count: int,
     ) -> tuple[str, int]:
@@ -380,13 +478,14 @@ class EmbedText:
         context lines; else the body, or the verbatim text when only that fits."""
         max_tokens = self.max_tokens
         assert max_tokens is not None
+        body_start, end, body, body_count = body_slice
         lines = [line] if header and line else []
         lines += self._shorter_lines(heading_path) if line else [""]
         for candidate in lines:
             if not candidate:
                 break
             prefix = candidate + SEPARATOR
-            count = self._joined_count(prefix, body, body_count)
+            count = self._joined_count(prefix, body_start, end, body, body_count)
             if count <= max_tokens:
                 return prefix + body, count
         if body_count > max_tokens and token_count <= max_tokens:
@@ -399,11 +498,23 @@ class EmbedText:
             count = self._prefix_counts[prefix] = self.counter.count(prefix)
         return count
 
-    def _joined_count(self, prefix: str, body: str, body_count: int) -> int:
-        """The exact count of ``prefix + body``: the two counts added when the join is a clean cut, else
-        the joined text encoded."""
-        if self._clean_joins and prefix[-1] in "\r\n" and not body[0].isspace() and body[0] != "/":
-            return self._prefix_count(prefix) + body_count
+    def _joined_count(self, prefix: str, body_start: int, end: int, body: str, body_count: int) -> int:
+        """The exact count of ``prefix + body`` (``body`` is ``text[body_start:end]``).
+
+        For counters with clean line-start cuts (:mod:`chunkline.token_offsets`), a prefix that ends with a
+        line break counts on its own when the body starts with neither whitespace nor ``/``; otherwise
+        only the prefix and the body up to the body's first clean cut are encoded, and the rest is read off
+        the document's token offsets. Any other counter encodes the joined text."""
+        if self._clean_joins and prefix[-1] in "\r\n":
+            first = body[0]
+            if not first.isspace() and first != "/":
+                return self._prefix_count(prefix) + body_count
+            offsets = self.offsets
+            if offsets is not None:
+                # Past the body's first character, so that the cut's neighbours are the body's own.
+                cut = offsets.first_clean_cut(body_start + 1, end)
+                if cut is not None and cut < end:
+                    return self.counter.count(prefix + self._text[body_start:cut]) + offsets.count(cut, end)
         return self.counter.count(prefix + body)
 
 

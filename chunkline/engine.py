@@ -168,23 +168,31 @@ def build_chunks(
         sections = document.sections
     if embedding is None:
         embedding = EmbedText(document, counter, None, NO_CONTEXT)
-    embed = embedding.embed
     title = embedding.title
     section_starts = [section.start_char for section in sections]
     paths = section_paths(sections)
-    chunks = []
-    for chunk_index, span in enumerate(spans):
+    length = len(text)
+    starts, ends, texts, heading_paths, token_counts, section_indexes = [], [], [], [], [], []
+    for span in spans:
         start, end = span.start_char, span.end_char
-        if not 0 <= start <= end <= len(text):
+        if not 0 <= start <= end <= length:
             raise ValueError(f"strategy {strategy_name!r} returned an invalid span {start}..{end}")
         chunk_text = text[start:end]
+        section_index = max(bisect_right(section_starts, start) - 1, 0)
+        starts.append(start)
+        ends.append(end)
+        texts.append(chunk_text)
+        section_indexes.append(section_index)
+        heading_paths.append(paths[section_index] if span.heading_path is None else tuple(span.heading_path))
+        token_counts.append(span.token_count if span.token_count is not None else counter.count(chunk_text))
+    embedded = embedding.embed_many(starts, ends, heading_paths, token_counts, texts)
+    chunks = []
+    for chunk_index, span in enumerate(spans):
+        start, end, chunk_text = starts[chunk_index], ends[chunk_index], texts[chunk_index]
         start_line, start_column = index.line_column(start)
         end_line, end_column = index.line_column(end - 1) if end > start else (start_line, start_column)
-        token_count = span.token_count if span.token_count is not None else counter.count(chunk_text)
         chunk_id = f"{doc_id}#{chunk_index}"
-        section_index = max(bisect_right(section_starts, start) - 1, 0)
-        heading_path = paths[section_index] if span.heading_path is None else tuple(span.heading_path)
-        embed_text, embed_token_count = embed(start, end, heading_path, token_count, chunk_text)
+        embed_text, embed_token_count = embedded[chunk_index]
         chunks.append(
             Chunk(
                 chunk_id=chunk_id,
@@ -201,9 +209,9 @@ def build_chunks(
                 start_column=start_column,
                 end_line=end_line,
                 end_column=end_column,
-                heading_path=heading_path,
-                section_index=section_index,
-                token_count=token_count,
+                heading_path=heading_paths[chunk_index],
+                section_index=section_indexes[chunk_index],
+                token_count=token_counts[chunk_index],
                 char_count=end - start,
                 is_sub_split=span.is_sub_split,
                 strategy=strategy_name,

@@ -334,3 +334,23 @@ def test_the_limit_holds_in_the_llama_tokenizer_with_its_special_tokens(special)
         chunks = chunk_markdown(text, config)
         assert_invariants(text, chunks, config)  # counts by the tokenizer loaded on its own
         assert any(chunk.embed_text.startswith("Harbour Telemetry Runbook > ") for chunk in chunks)
+
+
+@pytest.mark.parametrize("strategy", ["lines", "words", "characters", "headings"])
+def test_chunks_that_start_with_indentation_or_a_slash_are_counted_exactly(strategy):
+    # Chunks that start with spaces, a tab or "/" join their context line where the counter gives no
+    # clean cut: their counts are checked against a fresh count of the whole embed_text.
+    body = "".join(
+        f"    let reading_{n} = gauge.read({n});\n\t// offset {n}\n/usr/local/bin/tide --gauge {n} --datum chart\n"
+        f"  - item {n} with a continuation line\n    that is indented\n"
+        for n in range(40)
+    )
+    text = "# Tide Gauges\n\n## Scripts\n\n" + body
+    from chunkline import get_strategy
+
+    config = ChunkConfig(
+        strategy=strategy, max_tokens=64, overlap_tokens=0, params=get_strategy(strategy).default_params()
+    )
+    chunks = chunk_markdown(text, config)
+    assert_invariants(text, chunks, config)
+    assert any(chunk.text[:1] in (" ", "\t", "/") for chunk in chunks) or strategy == "headings"
