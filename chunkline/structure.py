@@ -314,12 +314,13 @@ def _thematic_break(state: StateBlock, startLine: int, endLine: int, silent: boo
     list level, and a Python loop over a ``- - - ...`` line made 2,000 nested lists quadratic."""
     src = state.src
     pos = state.bMarks[startLine] + state.tShift[startLine]
-    maximum = state.eMarks[startLine]
-    if state.is_code_block(startLine) or pos >= len(src):
-        return False
-    marker = src[pos]
+    # The rule runs at every line start: most start with another character, looked at first.
+    marker = src[pos : pos + 1]
     tail = _THEMATIC_BREAK_TAIL.get(marker)
-    if tail is None or tail.match(src, pos + 1, maximum).end() != maximum:
+    if tail is None or state.is_code_block(startLine):
+        return False
+    maximum = state.eMarks[startLine]
+    if tail.match(src, pos + 1, maximum).end() != maximum:
         return False
     count = 1 + src.count(marker, pos + 1, maximum)
     if count < 3:
