@@ -159,11 +159,11 @@ class EmbedText:
         # heading path -> (context line and separator, its count, context line)
         self._prefixes: dict[tuple[str, ...], tuple[str, int, str]] = {}
         self._special = int(getattr(counter, "special_tokens_added", 0))
-        # A line start whose first character is neither whitespace nor "/" is a clean cut for such counters
-        # (chunkline.token_offsets): a prefix that ends with a line break then counts on its own.
         self._byte_level = isinstance(counter, TiktokenCounter)
         # The default breadcrumb is counted from its parts where spaces are clean cuts.
         self._breadcrumbs_by_parts = self.template == DEFAULT_EMBED_CONTEXT and spaces_are_clean_cuts(counter)
+        # A line start whose first character is neither whitespace nor "/" is a clean cut for such counters
+        # (chunkline.token_offsets): a prefix that ends with a line break then counts on its own.
         self._clean_joins = bool(getattr(counter, "line_starts_are_clean_cuts", False)) and not getattr(
             counter, "slices_counted_exactly", False
         )
@@ -187,21 +187,25 @@ class EmbedText:
         """(the context line and separator, its exact token count, the context line) for ``heading_path``."""
         prefixed = self._prefixes.get(heading_path)
         if prefixed is None:
-            if self._breadcrumbs_by_parts:
-                crumbs = self._crumbs(self._title_part, heading_path)
-                line = PATH_SEPARATOR.join(crumbs)
-                if not line:
-                    count = 0
-                elif all(part and not part[-1].isspace() for part in crumbs) and not line[0].isspace():
-                    count = self._breadcrumb_count(crumbs)
-                else:
-                    line = line.strip()
-                    count = self._prefix_count(line + SEPARATOR) if line else 0
-            else:
-                line = self._render(self._title_part, heading_path)
-                count = self._prefix_count(line + SEPARATOR) if line else 0
-            prefixed = self._prefixes[heading_path] = (line + SEPARATOR, count, line)
+            try:
+                prefixed = self._prefixes[heading_path] = self._new_prefix(heading_path)
+            except TypeError:
+                # A heading path that is not text (a strategy's bug): the chunk row's own check names it.
+                prefixed = self._prefixes[heading_path] = self._new_prefix(tuple(map(str, heading_path)))
         return prefixed
+
+    def _new_prefix(self, heading_path: tuple[str, ...]) -> tuple[str, int, str]:
+        if not self._breadcrumbs_by_parts:
+            line = self._render(self._title_part, heading_path)
+            return line + SEPARATOR, self._prefix_count(line + SEPARATOR) if line else 0, line
+        crumbs = self._crumbs(self._title_part, heading_path)
+        line = PATH_SEPARATOR.join(crumbs)
+        if not line:
+            return SEPARATOR, 0, ""
+        if all(part and not part[-1].isspace() for part in crumbs) and not line[0].isspace():
+            return line + SEPARATOR, self._breadcrumb_count(crumbs), line
+        line = line.strip()
+        return line + SEPARATOR, self._prefix_count(line + SEPARATOR) if line else 0, line
 
     def _breadcrumb_count(self, crumbs: tuple[str, ...]) -> int:
         """The count of ``" > ".join(crumbs) + SEPARATOR``, from the parent breadcrumb's count: the space
