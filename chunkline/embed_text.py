@@ -325,6 +325,8 @@ class EmbedText:
         text = document.text
         offsets = self._document_offsets()
         slack = _slack(offsets)
+        if offsets.token_count + slack <= threshold:
+            return 0
         # Estimates from the offsets' arrays (the strategy may never need the token ends as a list), in
         # one call for the sections and one for the long blocks in those that may hold one over threshold.
         sections = document.sections

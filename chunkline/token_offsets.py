@@ -179,6 +179,11 @@ class TokenOffsets:
             + self._special_tokens
         )
 
+    @property
+    def token_count(self) -> int:
+        """The number of tokens of the range's encoding (special tokens added included): its estimate."""
+        return len(self._end_chars) + self._special_tokens
+
     def estimates(self, starts: Sequence[int], ends: Sequence[int]) -> np.ndarray:
         """:meth:`estimate` of each ``text[starts[i]:ends[i]]``, in two searches of the token ends."""
         token_ends = self._end_chars
