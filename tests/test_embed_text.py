@@ -354,3 +354,16 @@ def test_chunks_that_start_with_indentation_or_a_slash_are_counted_exactly(strat
     chunks = chunk_markdown(text, config)
     assert_invariants(text, chunks, config)
     assert any(chunk.text[:1] in (" ", "\t", "/") for chunk in chunks) or strategy == "headings"
+
+
+def test_the_template_is_in_the_run_manifest_config_and_the_rebuild_fingerprint(tmp_path):
+    from chunkline.dataset.rebuild import rebuild_fingerprint
+    from chunkline.dataset.settings import load_run_config
+
+    def run_config(*overrides):
+        return load_run_config(None, list(overrides), environ={}, inputs=[str(tmp_path)], output=str(tmp_path / "out"))
+
+    default, titled = run_config(), run_config("chunking.embed_context={title}")
+    assert default.to_public_dict()["chunking"]["embed_context"] == "{breadcrumb}"
+    assert titled.to_public_dict()["chunking"]["embed_context"] == "{title}"
+    assert rebuild_fingerprint(default) != rebuild_fingerprint(titled)
