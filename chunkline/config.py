@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from chunkline.embed_text import DEFAULT_EMBED_CONTEXT, check_embed_context
 from chunkline.patterns import compile_pattern
 from chunkline.registry import get_strategy
 from chunkline.settings import (
@@ -61,6 +62,7 @@ _COMMON_KEYS = (
     "tokenizer_sha256",
     "count_special_tokens",
     "section_pattern",
+    "embed_context",
 )
 
 #: Settings that only a Hugging Face tokenizer reads (left out of a tiktoken config's fingerprint).
@@ -93,6 +95,13 @@ class ChunkConfig:
     headings when ``None``."""
     params: Any = field(default=None, compare=True)
     """The strategy's parameter dataclass; its defaults when not given."""
+    embed_context: str = DEFAULT_EMBED_CONTEXT
+    """The context line at the head of each chunk's ``embed_text``: a template of ``{title}``,
+    ``{heading_path}`` (joined with `` > ``) and ``{breadcrumb}`` (the title, then the heading path, the
+    title left out when it is the first heading); a chunk that starts inside a table also gets the table's
+    header. The strategy chunks to ``max_tokens`` less what these take, so that ``embed_token_count`` stays
+    within ``max_tokens`` too (see :mod:`chunkline.embed_text`). ``none`` adds nothing: ``embed_text`` is
+    the text without front matter, and the strategy keeps the whole budget."""
 
     def __post_init__(self) -> None:
         if (
@@ -139,6 +148,10 @@ class ChunkConfig:
             raise ConfigError(f"chunking.tokenizer_sha256 must be 64 hexadecimal digits, got {self.tokenizer_sha256!r}")
         if not isinstance(self.count_special_tokens, bool):
             raise ConfigError(f"chunking.count_special_tokens must be true or false, got {self.count_special_tokens!r}")
+        try:
+            check_embed_context(self.embed_context)
+        except ValueError as error:
+            raise ConfigError(f"chunking.embed_context: {error}") from None
         if self.section_pattern is not None:
             try:
                 compiled = compile_pattern(self.section_pattern)
@@ -226,6 +239,7 @@ class _CommonSettings:
     tokenizer_sha256: str | None = None
     count_special_tokens: bool = False
     section_pattern: str | None = None
+    embed_context: str = ChunkConfig.embed_context
 
 
 def load_chunk_config(

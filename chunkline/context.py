@@ -26,14 +26,27 @@ class ChunkContext:
     """One document prepared for a strategy; what it needs more than once is computed once, when first
     asked for."""
 
-    def __init__(self, document: MarkdownDocument, config: Any, counter: TokenCounter):
+    def __init__(
+        self,
+        document: MarkdownDocument,
+        config: Any,
+        counter: TokenCounter,
+        *,
+        max_tokens: int | None = None,
+        offsets: TokenOffsets | None = None,
+    ):
         self.document = document
         self.config = config
         self.counter = counter
         self.text = document.text
         self.params = config.params
-        self.max_tokens: int = config.max_tokens
+        self.max_tokens: int = config.max_tokens if max_tokens is None else max_tokens
+        """The token budget of each span: ``config.max_tokens`` less what the engine reserves for the
+        context it adds to each chunk's ``embed_text`` (:mod:`chunkline.embed_text`). Strategies read
+        budgets here (and through :attr:`capacity`), never from the config."""
         self.overlap_tokens: int = config.overlap_tokens
+        if offsets is not None:
+            self.offsets = offsets
 
     @cached_property
     def offsets(self) -> TokenOffsets:

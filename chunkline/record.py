@@ -86,6 +86,15 @@ class Chunk:
     """Name of the strategy that made the chunk."""
     content_sha256: str
     """SHA-256 of ``text`` in UTF-8, hex."""
+    title: str = ""
+    """The document's title: its front matter's ``title`` when that is a non-empty string, else the text of
+    its first level-1 heading, else empty."""
+    embed_text: str = ""
+    """What the embedding model should see (:mod:`chunkline.embed_text`): a context line of the title and
+    heading path, the table header when the chunk starts inside a table, then ``text`` without front
+    matter."""
+    embed_token_count: int = 0
+    """Exact number of tokens of ``embed_text`` in the configured tokenizer; at most ``max_tokens``."""
 
     def to_dict(self) -> dict:
         """The chunk as a plain dict, ``heading_path`` as a list."""

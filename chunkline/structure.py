@@ -147,7 +147,17 @@ class MarkdownDocument:
     pay for it.
     """
 
-    __slots__ = ("text", "index", "headings", "front_matter", "sections", "_tokens", "_block_tokens", "_blocks")
+    __slots__ = (
+        "text",
+        "index",
+        "headings",
+        "front_matter",
+        "sections",
+        "_tokens",
+        "_block_tokens",
+        "_blocks",
+        "_blocks_of_ranges",
+    )
 
     def __init__(
         self,
@@ -167,19 +177,30 @@ class MarkdownDocument:
         self._tokens = tokens
         self._block_tokens: tuple[list[int], list[int]] | None = None
         self._blocks: tuple[Block, ...] | None = None
+        # The blocks of ranges asked for before (a section the engine looked into, then the strategy split).
+        self._blocks_of_ranges: dict[tuple[int, int], list[Block]] = {}
 
     @property
     def blocks(self) -> tuple[Block, ...]:
         """Every block in document order (parents before their children), front matter first."""
         if self._blocks is None:
-            self._blocks = tuple(self.blocks_within(0, len(self.text)))
+            self._blocks = tuple(self._find_blocks_within(0, len(self.text)))
         return self._blocks
 
-    def blocks_within(self, start_char: int, end_char: int) -> list[Block]:
-        """The blocks that lie inside ``[start_char, end_char)``, in document order.
+    def blocks_within(self, start_char: int, end_char: int, kinds: frozenset[str] | None = None) -> list[Block]:
+        """The blocks that lie inside ``[start_char, end_char)``, in document order (only those of ``kinds``
+        when given).
 
         Built from the parser's tokens for just that range, so a strategy that looks at a few long sections
-        does not pay for the blocks of the whole document."""
+        does not pay for the blocks of the whole document; kept for the next call for the same range."""
+        if kinds is not None:
+            return [block for block in self.blocks_within(start_char, end_char) if block.kind in kinds]
+        found = self._blocks_of_ranges.get((start_char, end_char))
+        if found is None:
+            found = self._blocks_of_ranges[(start_char, end_char)] = self._find_blocks_within(start_char, end_char)
+        return list(found)
+
+    def _find_blocks_within(self, start_char: int, end_char: int) -> list[Block]:
         if self._blocks is not None:
             found = []
             for block in self._blocks[bisect_left(self._blocks, start_char, key=_block_start) :]:
@@ -234,6 +255,16 @@ class MarkdownDocument:
                 blocks.append(Block(kind, block_start, block_end, token.level))
         return blocks
 
+    def table_ranges(self) -> list[tuple[int, int, int]]:
+        """``(start, header end, end)`` of every table, in document order: the start of its header row's
+        line, the start of the line after its delimiter row, and the start of the line after its last row."""
+        line_start = self.index.line_start
+        return [
+            (line_start(token.map[0]), line_start(token.map[0] + 2), line_start(token.map[1]))
+            for token in self._tokens
+            if token.type == "table_open" and token.map is not None
+        ]
+
     @property
     def title(self) -> str | None:
         """The front matter's ``title`` if it has one, else the first level-1 heading, else ``None``."""
@@ -283,12 +314,13 @@ def _thematic_break(state: StateBlock, startLine: int, endLine: int, silent: boo
     list level, and a Python loop over a ``- - - ...`` line made 2,000 nested lists quadratic."""
     src = state.src
     pos = state.bMarks[startLine] + state.tShift[startLine]
-    maximum = state.eMarks[startLine]
-    if state.is_code_block(startLine) or pos >= len(src):
-        return False
-    marker = src[pos]
+    # The rule runs at every line start: most start with another character, looked at first.
+    marker = src[pos : pos + 1]
     tail = _THEMATIC_BREAK_TAIL.get(marker)
-    if tail is None or tail.match(src, pos + 1, maximum).end() != maximum:
+    if tail is None or state.is_code_block(startLine):
+        return False
+    maximum = state.eMarks[startLine]
+    if tail.match(src, pos + 1, maximum).end() != maximum:
         return False
     count = 1 + src.count(marker, pos + 1, maximum)
     if count < 3:

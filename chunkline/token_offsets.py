@@ -30,13 +30,14 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_left, bisect_right
+from collections.abc import Sequence
 
 import numpy as np
 
 from chunkline.text_index import as_tokenizers_see_it
 from chunkline.tokenizers import TokenCounter
 
-__all__ = ["SPACE_CUT_PATTERNS", "TokenOffsets"]
+__all__ = ["SPACE_CUT_PATTERNS", "TokenOffsets", "spaces_are_clean_cuts"]
 
 #: Pre-tokenizer patterns (tiktoken's ``r50k``/``p50k``, ``cl100k`` and ``o200k`` families, as tiktoken has
 #: written them) for which a space or tab after a non-whitespace character is a clean cut. Another pattern
@@ -77,7 +78,9 @@ _CUT_CANDIDATES = {
 }
 
 
-def _space_cuts(counter: TokenCounter) -> bool:
+def spaces_are_clean_cuts(counter: TokenCounter) -> bool:
+    """Whether a space or tab after a character that is not whitespace is a clean cut for ``counter``
+    (a tiktoken encoding with one of the :data:`SPACE_CUT_PATTERNS`)."""
     encoding = getattr(counter, "encoding", None)
     return getattr(encoding, "_pat_str", None) in SPACE_CUT_PATTERNS
 
@@ -107,7 +110,7 @@ class TokenOffsets:
         self.end = end
         self.counter = counter
         self._clean_lines = bool(getattr(counter, "line_starts_are_clean_cuts", False))
-        self._clean_spaces = _space_cuts(counter)
+        self._clean_spaces = spaces_are_clean_cuts(counter)
         self._cut_candidates = _CUT_CANDIDATES.get((self._clean_lines, self._clean_spaces))
         segment = text[start:end]
         self._end_chars_list: list[int] | None = None
@@ -176,6 +179,19 @@ class TokenOffsets:
             + self._special_tokens
         )
 
+    @property
+    def token_count(self) -> int:
+        """The number of tokens of the range's encoding (special tokens added included): its estimate."""
+        return len(self._end_chars) + self._special_tokens
+
+    def estimates(self, starts: Sequence[int], ends: Sequence[int]) -> np.ndarray:
+        """:meth:`estimate` of each ``text[starts[i]:ends[i]]``, in two searches of the token ends."""
+        token_ends = self._end_chars
+        starts_array = np.asarray(starts, dtype=np.int64)
+        ends_array = np.asarray(ends, dtype=np.int64)
+        found = token_ends.searchsorted(ends_array) - token_ends.searchsorted(starts_array, side="right") + 1
+        return np.where(ends_array > starts_array, found + self._special_tokens, 0)
+
     def char_after_tokens(self, start: int, tokens: int) -> int:
         """Character offset where roughly ``tokens`` tokens after ``start`` end."""
         first = bisect_right(self.token_end_chars, start)
@@ -212,6 +228,11 @@ class TokenOffsets:
         if position == self.start:
             return 0
         return int(self._end_chars.searchsorted(position, side="right"))
+
+    def first_clean_cut(self, start: int, end: int) -> int | None:
+        """The first position in ``[start, end]`` that is a clean cut of any text holding the characters
+        around it (looked for a bounded distance ahead), or ``None``."""
+        return self._first_clean_cut(start, end)
 
     def _first_clean_cut(self, start: int, end: int) -> int | None:
         """The first clean cut in [start, end], looking a bounded distance ahead."""

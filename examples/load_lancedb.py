@@ -39,7 +39,7 @@ from chunkline.dataset.publish import DamagedDatasetError, list_snapshots, read_
 
 
 def _with_vectors(chunks: pa.Table) -> pa.Table:
-    vectors = embed(chunks.column("text").to_pylist())
+    vectors = embed(chunks.column("embed_text").to_pylist())  # what the model should see; `text` is stored
     column = pa.FixedSizeListArray.from_arrays(pa.array(vectors.ravel(), pa.float32()), vectors.shape[1])
     return chunks.append_column("vector", column)
 

@@ -40,7 +40,7 @@ from hashing_embedder import DIMENSION, embed
 from chunkline.dataset.publish import DamagedDatasetError, list_snapshots, read_dataset, read_manifest
 
 PAYLOAD_COLUMNS = ["doc_id", "chunk_id", "heading_path", "start_line", "end_line", "start_char", "end_char", "text"]
-COLUMNS = ["chunk_uuid", *PAYLOAD_COLUMNS]
+COLUMNS = ["chunk_uuid", "embed_text", *PAYLOAD_COLUMNS]
 SYNC_KEY = "chunkline_snapshot"
 
 
@@ -63,7 +63,8 @@ def _upsert(client: QdrantClient, collection: str, chunks: list[dict[str, Any]],
             models.PointStruct(
                 id=chunk["chunk_uuid"], vector=vector.tolist(), payload={name: chunk[name] for name in PAYLOAD_COLUMNS}
             )
-            for chunk, vector in zip(batch, embed(chunk["text"] for chunk in batch))
+            # The vector is of embed_text (context line and text), the payload keeps the verbatim text.
+            for chunk, vector in zip(batch, embed(chunk["embed_text"] for chunk in batch))
         ]
         client.upsert(collection, points=points, wait=True)
 

@@ -640,7 +640,7 @@ def _describe_read_error(error: Exception) -> str:
 def _print_table(out: TextIO, label: str, chunks: list[Chunk], config: ChunkConfig, preview_chars: int) -> None:
     max_tokens = max((chunk.token_count for chunk in chunks), default=0)
     out.write(f"== {label}: {len(chunks)} chunk(s), largest {max_tokens} of {config.max_tokens} tokens\n")
-    out.write(f"{'#':>4}  {'lines':>11}  {'tokens':>6}  heading path / text\n")
+    out.write(f"{'#':>4}  {'lines':>11}  {'tokens':>6}  {'embed':>5}  heading path / text\n")
     for chunk in chunks:
         lines = f"{chunk.start_line}-{chunk.end_line}"
         marker = "*" if chunk.is_sub_split else " "
@@ -648,9 +648,20 @@ def _print_table(out: TextIO, label: str, chunks: list[Chunk], config: ChunkConf
         preview = chunk.text[:preview_chars].encode("unicode_escape").decode("ascii")
         if len(chunk.text) > preview_chars:
             preview += "..."
-        out.write(f"{chunk.chunk_index:>4}  {lines:>11}  {chunk.token_count:>6}{marker} {path}\n")
-        out.write(f"{'':>27}{preview}\n")
+        out.write(
+            f"{chunk.chunk_index:>4}  {lines:>11}  {chunk.token_count:>6}{marker} {chunk.embed_token_count:>5}  {path}\n"
+        )
+        context = _embed_context_of(chunk)
+        if context and context != path:
+            out.write(f"{'':>34}embeds after: {context.encode('unicode_escape').decode('ascii')}\n")
+        out.write(f"{'':>34}{preview}\n")
     out.write("\n")
+
+
+def _embed_context_of(chunk: Chunk) -> str:
+    """What ``embed_text`` puts before the chunk's own text: its context line, and a table header."""
+    shared = len(os.path.commonprefix([chunk.text[::-1], chunk.embed_text[::-1]]))
+    return chunk.embed_text[: len(chunk.embed_text) - shared].rstrip("\n")
 
 
 def _strategies_command(arguments: argparse.Namespace) -> int:
@@ -659,7 +670,9 @@ def _strategies_command(arguments: argparse.Namespace) -> int:
     out.write(
         f"Common settings (chunking.*): max_tokens={default.max_tokens}, overlap_tokens={default.overlap_tokens}, "
         f"tokenizer={default.tokenizer} (a tiktoken encoding, or huggingface with tokenizer_file naming a "
-        "tokenizer.json), tokenizer_file=None, tokenizer_sha256=None, count_special_tokens=False\n\n"
+        "tokenizer.json), tokenizer_file=None, tokenizer_sha256=None, count_special_tokens=False, "
+        f"embed_context={default.embed_context!r} (the context line of embed_text: {{title}}, {{heading_path}}, "
+        "{breadcrumb}, or none)\n\n"
     )
     for name in available_strategies():
         strategy = get_strategy(name)

@@ -11,7 +11,7 @@ import pyarrow as pa
 __all__ = ["CHUNKS_SCHEMA", "SCHEMA_VERSION", "field"]
 
 #: Bumped when a column is added or its meaning changes.
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
 
 
 def field(name: str, arrow_type: pa.DataType, description: str, nullable: bool = False) -> pa.Field:
@@ -50,10 +50,32 @@ CHUNKS_SCHEMA = pa.schema(
         ),
         field("strategy", pa.string(), "Name of the chunking strategy that made the chunk."),
         field("content_sha256", pa.string(), "SHA-256 of text in UTF-8, hex."),
+        field(
+            "title",
+            pa.string(),
+            "The document's title: its front matter's title when that is a non-empty string, else the text of "
+            "its first level-1 heading, else empty.",
+        ),
+        field(
+            "embed_text",
+            pa.large_string(),
+            "What the embedding model should see: a context line of the title and heading path "
+            "(chunking.embed_context), the table's header and delimiter rows when the chunk starts inside a "
+            "table, then text without its front matter.",
+        ),
+        field(
+            "embed_token_count",
+            pa.int32(),
+            "Exact number of tokens of embed_text in the configured tokenizer; never over max_tokens (unless "
+            "token_count is, for a strategy's one atomic unit).",
+        ),
     ],
     metadata={
         "chunkline.table": "chunks",
         "chunkline.schema_version": SCHEMA_VERSION,
-        "description": "One row per chunk: its text, exact positions in the source document, heading path and token count.",
+        "description": (
+            "One row per chunk: its text, exact positions in the source document, heading path and token "
+            "count, and the text to embed."
+        ),
     },
 )

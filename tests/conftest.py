@@ -86,6 +86,24 @@ def exact_token_count(counter, text: str) -> int:
     return len(counter.encoding.encode_ordinary(text))
 
 
+def reference_title(document) -> str:
+    """The front matter's non-empty ``title`` text, else the first level-1 heading's text, else ``""``."""
+    data = document.front_matter.data if document.front_matter else None
+    if isinstance(data, dict) and isinstance(data.get("title"), str) and data["title"].strip():
+        return data["title"].strip()
+    return next((heading.heading_text for heading in document.headings if heading.heading_level == 1), "")
+
+
+_LEADING_BLANK_LINES = re.compile(r"\A(?:[^\S\r\n]*(?:\r\n|\r|\n))*")
+
+
+def reference_body(text: str, front_matter_end: int, start: int, end: int) -> str:
+    """A chunk's text as its ``embed_text`` ends: without front matter (or a byte order mark) and without
+    leading blank lines."""
+    skipped = front_matter_end or (1 if text.startswith("\ufeff") else 0)
+    return _LEADING_BLANK_LINES.sub("", text[max(start, skipped) : end])
+
+
 def heading_paths_of_sections(document) -> list[tuple[str, ...]]:
     """Heading path of every section of a parsed document, following the sections' parent links."""
     paths: list[tuple[str, ...]] = []
@@ -160,6 +178,9 @@ def assert_invariants(
     counter = counter_for(config)
     assert chunks, "every document, even an empty one, has at least one chunk"
     positions = reference_positions(text)
+    document = chunkline.parse_markdown(text)
+    title = reference_title(document)
+    front_matter_end = document.front_matter.end_char if document.front_matter else 0
 
     for number, chunk in enumerate(chunks):
         where = f"chunk {number} ({chunk.start_char}..{chunk.end_char})"
@@ -181,7 +202,16 @@ def assert_invariants(
         assert chunk.doc_id == doc_id and chunk.source_uri == source_uri, where
         assert chunk.strategy == config.strategy, where
         assert isinstance(chunk.heading_path, tuple), where
-        assert all(isinstance(title, str) for title in chunk.heading_path), where
+        assert all(isinstance(heading, str) for heading in chunk.heading_path), where
+        # What the embedding model sees: the text without front matter, after a context line; exactly
+        # counted, and within the limit unless the chunk's own text is a soft-bound unit over it.
+        assert chunk.title == title, where
+        body = reference_body(text, front_matter_end, chunk.start_char, chunk.end_char)
+        assert chunk.embed_text.endswith(body) or chunk.embed_text == chunk.text, where
+        assert chunk.embed_token_count == exact_token_count(counter, chunk.embed_text), where
+        assert chunk.embed_token_count <= config.max_tokens or (
+            chunk.token_count > config.max_tokens and chunk.embed_text == body
+        ), f"{where}: embed_text of {chunk.embed_token_count} tokens"
 
     # Ordered, gap-free cover of the whole text; every chunk reaches further than the one before.
     assert chunks[0].start_char == 0

@@ -16,11 +16,12 @@ from conftest import (
 
 import chunkline
 from chunkline import ChunkConfig, chunk_markdown, parse_markdown
+from chunkline.engine import span_budget
 
 
 def headings_config(**params) -> ChunkConfig:
     """The default config with ``chunking.headings`` parameters (and max/overlap tokens) set."""
-    common = {key: params.pop(key) for key in ("max_tokens", "overlap_tokens") if key in params}
+    common = {key: params.pop(key) for key in ("max_tokens", "overlap_tokens", "embed_context") if key in params}
     return ChunkConfig.from_dict({**common, "headings": params})
 
 
@@ -262,7 +263,10 @@ def test_code_blocks_tables_and_list_items_that_fit_are_never_split(read_fixture
 @pytest.mark.parametrize("max_tokens, overlap_tokens", [(512, 50), (128, 20), (64, 0), (24, 8), (12, 3)])
 def test_sub_split_cuts_fall_between_words(read_fixture, counter, max_tokens, overlap_tokens):
     text = read_fixture("long_section_with_code_and_table.md")
-    chunks = chunk_markdown(text, ChunkConfig(max_tokens=max_tokens, overlap_tokens=overlap_tokens))
+    config = ChunkConfig(max_tokens=max_tokens, overlap_tokens=overlap_tokens)
+    chunks = chunk_markdown(text, config)
+    # The strategy's budget: max_tokens less what the embed_text context of each chunk takes.
+    budget = span_budget(parse_markdown(text), config)
 
     assert any(chunk.is_sub_split for chunk in chunks)
     for cut in cut_positions(chunks):
@@ -270,7 +274,7 @@ def test_sub_split_cuts_fall_between_words(read_fixture, counter, max_tokens, ov
             continue
         word = word_around(text, cut)  # only a word over the whole budget may be cut
         context = f"{text[cut - 20 : cut]!r}|{text[cut : cut + 20]!r}"
-        assert exact_token_count(counter, word) > max_tokens, f"cut at {cut} inside {word!r}: {context}"
+        assert exact_token_count(counter, word) > budget, f"cut at {cut} inside {word!r}: {context}"
 
 
 def test_a_word_longer_than_the_budget_is_cut_inside_and_still_fits(counter):
@@ -334,7 +338,8 @@ def test_window_mode_matches_mdvdb_sliding_window_arithmetic(counter):
     text = api_reference_section()
     total = exact_token_count(counter, text)
     assert 974 < total <= 1436  # three 512-token windows with a stride of 462, as in mdvdb's 1200-token example
-    config = headings_config(sub_split="window")
+    # mdvdb's arithmetic holds for the whole budget: no context line takes a share of it.
+    config = headings_config(sub_split="window", embed_context="none")
     chunks = chunk_markdown(text, config)
 
     assert len(chunks) == 1 + math.ceil((total - 512) / (512 - 50)) == 3

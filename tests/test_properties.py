@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from markdown_grammar import markdown_documents
 
 from chunkline import ChunkConfig, chunk_markdown, parse_markdown
+from chunkline.engine import span_budget
 from chunkline.tokenizers import get_token_counter
 
 
@@ -35,6 +36,8 @@ def assert_heading_split_matches_sections(text: str, chunks, config: ChunkConfig
     chunks covering exactly that section when it does not; every chunk carries its section's path."""
     counter = get_token_counter(config.tokenizer)
     document = parse_markdown(text)
+    # The strategy's budget: max_tokens less what the embed_text context of each chunk takes.
+    budget = span_budget(document, config)
     expected_paths = heading_paths_of_sections(document)
     for chunk in chunks:
         assert chunk.heading_path == expected_paths[chunk.section_index], chunk.chunk_index
@@ -43,7 +46,7 @@ def assert_heading_split_matches_sections(text: str, chunks, config: ChunkConfig
         assert inside, f"section {number} has no chunk"
         assert inside[0].start_char == section.start_char and inside[-1].end_char == section.end_char
         assert all(c.section_index == number for c in inside)
-        if exact_token_count(counter, text[section.start_char : section.end_char]) <= config.max_tokens:
+        if exact_token_count(counter, text[section.start_char : section.end_char]) <= budget:
             assert [(c.start_char, c.end_char, c.is_sub_split) for c in inside] == [
                 (section.start_char, section.end_char, False)
             ]

@@ -49,7 +49,10 @@ def test_every_strategy_reports_the_custom_section_each_chunk_starts_in(strategy
 
 
 def test_derived_heading_paths_follow_the_custom_sections():
-    config = ChunkConfig(strategy="lines", max_tokens=8, overlap_tokens=0, section_pattern=PATTERN)
+    # Chunks of a few lines at a tiny budget: no embed_text context takes a share of it.
+    config = ChunkConfig(
+        strategy="lines", max_tokens=8, overlap_tokens=0, section_pattern=PATTERN, embed_context="none"
+    )
     config = ChunkConfig.from_dict({**config.to_dict(), "lines": {"overlap": 0}})
     by_first_line = {chunk.text.splitlines()[0]: chunk.heading_path for chunk in chunk_markdown(CONTRACT, config)}
     assert by_first_line["Preamble of the agreement."] == ()
@@ -60,7 +63,13 @@ def test_derived_heading_paths_follow_the_custom_sections():
 def test_without_a_pattern_sections_are_the_markdown_headings():
     text = "# Guide\n\nIntro to the guide.\n\n## Setup\n\nSteps one to three.\n"
     config = ChunkConfig.from_dict(
-        {"strategy": "paragraphs", "max_tokens": 8, "overlap_tokens": 0, "paragraphs": {"overlap": 0}}
+        {
+            "strategy": "paragraphs",
+            "max_tokens": 8,
+            "overlap_tokens": 0,
+            "paragraphs": {"overlap": 0},
+            "embed_context": "none",
+        }
     )
     chunks = chunk_markdown(text, config)
     assert [(chunk.text.splitlines()[0], chunk.heading_path) for chunk in chunks] == [

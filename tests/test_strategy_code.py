@@ -141,6 +141,7 @@ def config_for(max_tokens: int, overlap: int = 0, language: str = "auto") -> Chu
             "strategy": "code",
             "max_tokens": max_tokens,
             "overlap_tokens": 0,
+            "embed_context": "none",  # the strategy's own cuts at the whole budget
             "code": {"overlap": overlap, "language": language},
         }
     )

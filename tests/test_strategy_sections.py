@@ -45,7 +45,14 @@ Press Ctrl+C.
 
 def config_for(max_tokens: int, **params) -> ChunkConfig:
     return ChunkConfig.from_dict(
-        {"strategy": "sections", "max_tokens": max_tokens, "overlap_tokens": 0, "sections": params}
+        # The strategy's own packing at the whole budget: no embed_text context takes a share of it.
+        {
+            "strategy": "sections",
+            "max_tokens": max_tokens,
+            "overlap_tokens": 0,
+            "embed_context": "none",
+            "sections": params,
+        }
     )
 
 

@@ -257,7 +257,7 @@ def test_overlap_must_be_a_whole_number_of_units(strategy, bad):
     [("sentences", 50, "sentences"), ("paragraphs", 10, "paragraphs"), ("words", 400, "words"), ("lines", 50, "lines")],
 )
 def test_an_overlap_sized_like_tokens_logs_a_warning(caplog, strategy, overlap, unit):
-    config = config_for(strategy, 120, overlap)
+    config = config_for(strategy, 120, overlap, embed_context="none")
 
     with caplog.at_level(logging.WARNING):
         chunks = chunk_markdown(REALISTIC * 3, config)
@@ -268,7 +268,7 @@ def test_an_overlap_sized_like_tokens_logs_a_warning(caplog, strategy, overlap, 
 
 
 def test_an_overlap_of_most_characters_logs_a_warning(caplog):
-    config = config_for("characters", 30, 100)
+    config = config_for("characters", 30, 100, embed_context="none")
 
     with caplog.at_level(logging.WARNING):
         chunk_markdown(REALISTIC, config)

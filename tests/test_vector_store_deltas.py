@@ -154,7 +154,7 @@ def assert_holds_exactly(store: Store, target: Path, dataset_url: str, snapshot:
     for row in stored:
         chunk = chunks[row.chunk_uuid]
         assert row.fields == store.expected_fields(chunk), chunk["chunk_id"]
-        assert np.allclose(row.vector, embedder.embed([chunk["text"]])[0], atol=1e-6), chunk["chunk_id"]
+        assert np.allclose(row.vector, embedder.embed([chunk["embed_text"]])[0], atol=1e-6), chunk["chunk_id"]
     assert store.module.synced_snapshot(str(target)) == snapshot
     return stored
 

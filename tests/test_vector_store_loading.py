@@ -172,7 +172,7 @@ def test_store_holds_one_row_per_chunk_under_its_uuid_with_its_fields_and_vector
         chunk = sample_chunks[row[id_column]]
         expected = chunk if name == "lancedb" else {column: chunk[column] for column in load_qdrant.PAYLOAD_COLUMNS}
         assert {key: value for key, value in row.items() if key not in ("id", "vector")} == expected
-        assert np.allclose(row["vector"], embedder.embed([chunk["text"]])[0], atol=1e-6)
+        assert np.allclose(row["vector"], embedder.embed([chunk["embed_text"]])[0], atol=1e-6)
 
 
 def test_second_load_leaves_the_store_unchanged(loaded_store, sample_dataset, sample_chunks):

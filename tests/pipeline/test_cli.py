@@ -216,7 +216,11 @@ def test_chunk_jsonl_prints_every_chunk_column(corpus, tmp_path, capsys):
         "token_count",
         "is_sub_split",
         "content_sha256",
+        "title",
+        "embed_text",
+        "embed_token_count",
     )
+    assert all(record["embed_token_count"] <= 512 and record["embed_text"] for record in records)
     assert [tuple(r[c] for c in columns) for r in records] == [tuple(r[c] for c in columns) for r in pipeline_rows]
 
 

@@ -181,10 +181,14 @@ def test_a_failure_after_chunking_leaves_no_chunk_rows_and_a_clean_error_documen
     """Rows are only emitted once every step of the document succeeded: an error document never carries
     the chunk count, title or front matter of the half-made ok row."""
 
-    def title_fails(self):
-        raise KeyError("title")
+    class FrontMatterFails:
+        """``json`` as the chunker uses it, failing to write the front matter of the documents row."""
 
-    monkeypatch.setattr(type(parse_markdown("# A\n")), "title", property(title_fails))
+        @staticmethod
+        def dumps(*args, **kwargs):
+            raise KeyError("front_matter")
+
+    monkeypatch.setattr(chunk_module, "json", FrontMatterFails)
     source = SourceFile(
         "notes.md", "file:///corpus/notes.md", 0, "/corpus/notes.md", 24, None, b"---\nk: v\n---\n# Notes\n\nText.\n"
     )
@@ -195,4 +199,4 @@ def test_a_failure_after_chunking_leaves_no_chunk_rows_and_a_clean_error_documen
     assert document_row["token_count"] == 0 and document_row["title"] is None and document_row["front_matter"] is None
     assert document_row["encoding"] == "utf-8"
     assert (error_row["stage"], error_row["error_type"]) == ("chunk", "KeyError")
-    assert error_row["message"] == "its rows could not be built: 'title'"
+    assert error_row["message"] == "its rows could not be built: 'front_matter'"
