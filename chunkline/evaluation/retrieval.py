@@ -28,6 +28,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from chunkline.record import Chunk
+
 __all__ = [
     "EVALUATE_EXTRA_COMMAND",
     "Bm25Index",
@@ -68,9 +70,9 @@ def _import_extra(module: str, what: str) -> Any:
             own.setLevel(logging.WARNING)
 
 
-def evaluation_text(chunk: Any) -> str:
-    """What a chunk is embedded and indexed by: its ``embed_text`` when it has one, else its ``text``."""
-    return getattr(chunk, "embed_text", None) or chunk.text
+def evaluation_text(chunk: Chunk) -> str:
+    """What a chunk is embedded and indexed by: its ``embed_text``, as a loader would embed it."""
+    return chunk.embed_text
 
 
 class Embedder(Protocol):
