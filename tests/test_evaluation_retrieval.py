@@ -119,15 +119,12 @@ def test_budget_is_counted_in_cl100k_base():
     assert count("") == 0
 
 
-def test_a_chunk_is_indexed_by_its_text_until_it_has_an_embed_text():
-    chunk = chunk_markdown("# Tides\n\nThey rise twice a day.\n")[0]
-    assert evaluation_text(chunk) == chunk.text
-
-    class WithEmbedText:
-        text = "They rise twice a day."
-        embed_text = "Tides: They rise twice a day."
-
-    assert evaluation_text(WithEmbedText()) == "Tides: They rise twice a day."
+def test_a_chunk_is_indexed_by_its_embed_text_with_its_heading_context():
+    chunks = chunk_markdown("---\ntitle: Harbour\n---\n## Tides\n\nThey rise twice a day.\n")
+    (chunk,) = [chunk for chunk in chunks if "rise" in chunk.text]
+    assert evaluation_text(chunk) == chunk.embed_text
+    assert evaluation_text(chunk).startswith("Harbour > Tides\n\n")
+    assert "title:" not in evaluation_text(chunk)
 
 
 def test_without_the_evaluate_extra_the_error_names_the_pip_command(monkeypatch):
