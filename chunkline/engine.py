@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from chunkline.config import ChunkConfig
 from chunkline.context import ChunkContext
+from chunkline.fragments import merge_fragments
 from chunkline.record import Chunk, ChunkSpan, chunk_uuid
 from chunkline.registry import get_strategy
 from chunkline.structure import MarkdownDocument, Section, parse_markdown, section_paths, sections_by_pattern
@@ -17,7 +18,7 @@ __all__ = ["CHUNKING_VERSION", "chunk_markdown", "chunk_document", "reconstruct"
 
 #: Raised whenever the same bytes and config would give different chunks than before, so that incremental
 #: rebuilds know that chunks made by an older chunkline cannot be reused.
-CHUNKING_VERSION = "3"
+CHUNKING_VERSION = "4"
 
 
 class ReconstructionError(ValueError):
@@ -54,10 +55,14 @@ def chunk_document(
 
     ``replaced_bytes`` lists ``(char_offset, byte_length)`` for each U+FFFD that stands for invalid bytes
     of the file, so that byte offsets still point into the file's bytes."""
-    spans = get_strategy(config.strategy).run(ChunkContext(document, config, counter))
+    strategy = get_strategy(config.strategy)
+    context = ChunkContext(document, config, counter)
+    spans = strategy.run(context)
     if not spans:
         spans = [ChunkSpan(0, len(document.text))]
     sections = sections_by_pattern(document, config.section_pattern) if config.section_pattern else None
+    if strategy.merges_fragments and config.effective_min_tokens:
+        spans = merge_fragments(context, spans, config.effective_min_tokens, sections)
     return build_chunks(
         document,
         spans,

@@ -94,6 +94,9 @@ class Strategy:
     chunk_in_context: ContextFunction | None = None
     """The strategy as a function of the document's :class:`~chunkline.context.ChunkContext`, when it is
     written so (``chunk`` then builds the context itself)."""
+    merges_fragments: bool = False
+    """Whether the engine packs the strategy's chunks under ``chunking.min_tokens`` with their neighbours
+    (and never leaves a heading or front matter as a chunk by itself), see :mod:`chunkline.fragments`."""
 
     def run(self, context: ChunkContext) -> list[ChunkSpan]:
         """The strategy's chunk spans of the context's document."""
@@ -170,6 +173,7 @@ def register_strategy(
     keeps_blocks_whole: bool = True,
     soft_limit_kinds: frozenset[str] = frozenset(),
     example_params: Any = None,
+    merges_fragments: bool = False,
 ) -> Callable[[Callable], Callable]:
     """Decorator that registers a chunk function under ``name`` with its parameter dataclass: a function of
     one :class:`~chunkline.context.ChunkContext`, or of the document, config and counter.
@@ -189,6 +193,7 @@ def register_strategy(
                 frozenset(soft_limit_kinds),
                 example_params,
                 function if takes_context else None,
+                merges_fragments,
             )
         )
         return function

@@ -271,7 +271,7 @@ class _BlocksChunker:
         return spans or [ChunkSpan(0, 0, (), False, 0)]
 
 
-@register_strategy("blocks", BlocksParams, soft_limit_kinds=SOFT_LIMIT_KINDS)
+@register_strategy("blocks", BlocksParams, soft_limit_kinds=SOFT_LIMIT_KINDS, merges_fragments=True)
 def chunk_blocks(context: ChunkContext) -> list[ChunkSpan]:
     """Whole blocks (paragraphs, code, list items, tables) packed to a soft size; a chunk per heading.
 

@@ -473,7 +473,7 @@ class _ScoredChunker:
                 start = cut
 
 
-@register_strategy("scored", ScoredParams)
+@register_strategy("scored", ScoredParams, merges_fragments=True)
 def chunk_scored(context: ChunkContext) -> list[ChunkSpan]:
     """QMD smart chunking: cuts at the best-scored break point before max_chars or max_tokens.
 
