@@ -62,7 +62,7 @@ def chunk_document(
         spans = [ChunkSpan(0, len(document.text))]
     sections = sections_by_pattern(document, config.section_pattern) if config.section_pattern else None
     if strategy.merges_fragments and config.effective_min_tokens:
-        spans = merge_fragments(context, spans, config.effective_min_tokens, sections)
+        spans = merge_fragments(context, spans, config.effective_min_tokens, sections, strategy.size_target)
     return build_chunks(
         document,
         spans,

@@ -35,6 +35,7 @@ from chunkline.structure import Section, section_paths
 
 if TYPE_CHECKING:
     from chunkline.context import ChunkContext
+    from chunkline.registry import SizeTarget
 
 __all__ = ["merge_fragments"]
 
@@ -64,20 +65,31 @@ class _Run:
 
 
 def merge_fragments(
-    context: ChunkContext, spans: Sequence[ChunkSpan], min_tokens: int, sections: Sequence[Section] | None = None
+    context: ChunkContext,
+    spans: Sequence[ChunkSpan],
+    min_tokens: int,
+    sections: Sequence[Section] | None = None,
+    size_target: SizeTarget | None = None,
 ) -> list[ChunkSpan]:
     """``spans`` with every span under ``min_tokens`` tokens (and every span of headings or front matter
     only) packed with its neighbours, within ``context``'s token budget; see the module's description.
 
     ``sections`` are the sections a span without a heading path takes its path from (the document's
-    markdown sections by default)."""
+    markdown sections by default); ``size_target``, the strategy's own size target, which spans packed
+    together keep too, except headings and front matter joining the text after them."""
     if min_tokens <= 0 or len(spans) <= 1:
         return list(spans)
-    return _FragmentMerger(context, sections, min_tokens).merge(spans)
+    return _FragmentMerger(context, sections, min_tokens, size_target).merge(spans)
 
 
 class _FragmentMerger:
-    def __init__(self, context: ChunkContext, sections: Sequence[Section] | None, min_tokens: int):
+    def __init__(
+        self,
+        context: ChunkContext,
+        sections: Sequence[Section] | None,
+        min_tokens: int,
+        size_target: SizeTarget | None,
+    ):
         document = context.document
         self.context = context
         self.text = context.text
@@ -85,6 +97,7 @@ class _FragmentMerger:
         self.offsets = context.offsets
         self.capacity = context.capacity
         self.min_tokens = min_tokens
+        self.size_target = size_target
         sections = document.sections if sections is None else tuple(sections)
         self.section_starts = [section.start_char for section in sections]
         self.section_start_set = frozenset(self.section_starts)
@@ -156,8 +169,11 @@ class _FragmentMerger:
             return span.token_count
         return self.offsets.count(span.start_char, span.end_char)
 
-    def fitting_count(self, start: int, end: int) -> int | None:
-        """The exact count of ``text[start:end]`` when it is within the budget, else ``None``."""
+    def fitting_count(self, start: int, end: int, joins_heading: bool = False) -> int | None:
+        """The exact count of ``text[start:end]`` when it is within the budget (and the strategy's own size
+        target, unless the range is a heading or front matter joining the text after it), else ``None``."""
+        if not joins_heading and self.size_target is not None and not self.size_target(self.context, start, end):
+            return None
         capacity = self.capacity
         if not capacity.may_fit(self.offsets.estimate(start, end)):
             return None
@@ -215,12 +231,13 @@ class _FragmentMerger:
                 following = spans[number]
                 if not self.can_extend(run, following.start_char, following.end_char):
                     break
-                count = self.fitting_count(run.start, following.end_char)
+                joins_heading = self.kind(run.start, run.end) != _CONTENT
+                count = self.fitting_count(run.start, following.end_char, joins_heading)
                 if count is not None:
                     run = self.extended(run, following, count)
                     number += 1
                     continue
-                if self.kind(run.start, run.end) == _CONTENT:
+                if not joins_heading:
                     break
                 pieces, after = self.resplit(run, spans, number)
                 if not pieces:
@@ -258,6 +275,10 @@ class _FragmentMerger:
         cut = self.context.split(run.start, end, None, overlap_tokens)
         if cut[0].end_char <= run.end:
             return [], number
+        if after < len(spans):
+            # Pieces that start after the next span does lie in it whole (it overlaps the range): the next
+            # span already holds them.
+            cut = [piece for piece in cut if piece.start_char <= spans[after].start_char]
         parts = [*run.parts, *replaced]
         pieces = []
         for piece in cut:

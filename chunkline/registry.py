@@ -62,6 +62,7 @@ REQUIRED = _Required()
 
 ChunkFunction = Callable[["MarkdownDocument", Any, "TokenCounter"], "list[ChunkSpan]"]
 ContextFunction = Callable[["ChunkContext"], "list[ChunkSpan]"]
+SizeTarget = Callable[["ChunkContext", int, int], bool]
 
 
 class StrategyError(ValueError):
@@ -97,6 +98,10 @@ class Strategy:
     merges_fragments: bool = False
     """Whether the engine packs the strategy's chunks under ``chunking.min_tokens`` with their neighbours
     (and never leaves a heading or front matter as a chunk by itself), see :mod:`chunkline.fragments`."""
+    size_target: SizeTarget | None = None
+    """``(context, start_char, end_char) -> bool``: whether a range is within the strategy's own size
+    target besides ``max_tokens`` (``scored``'s ``max_chars``, ``blocks``' ``max_bytes``). Chunks packed
+    together keep it, except a heading or front matter joining the text after it."""
 
     def run(self, context: ChunkContext) -> list[ChunkSpan]:
         """The strategy's chunk spans of the context's document."""
@@ -174,6 +179,7 @@ def register_strategy(
     soft_limit_kinds: frozenset[str] = frozenset(),
     example_params: Any = None,
     merges_fragments: bool = False,
+    size_target: SizeTarget | None = None,
 ) -> Callable[[Callable], Callable]:
     """Decorator that registers a chunk function under ``name`` with its parameter dataclass: a function of
     one :class:`~chunkline.context.ChunkContext`, or of the document, config and counter.
@@ -194,6 +200,7 @@ def register_strategy(
                 example_params,
                 function if takes_context else None,
                 merges_fragments,
+                size_target,
             )
         )
         return function

@@ -3,11 +3,16 @@ matter never a chunk by themselves, for every strategy that declares ``merges_fr
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, assert_invariants, assert_protected_blocks_whole
+from conftest import (
+    FIXTURES,
+    assert_invariants,
+    assert_no_fragment_could_have_merged,
+    assert_protected_blocks_whole,
+    only_headings_or_front_matter,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from markdown_grammar import markdown_documents
@@ -23,7 +28,6 @@ from chunkline.tokenizers import counter_for, get_token_counter
 MERGING = ["headings", "sections", "blocks", "scored"]
 SAMPLE_CORPUS = Path(__file__).resolve().parents[1] / "sample_corpus"
 DOCUMENTS = sorted(FIXTURES.glob("*.md")) + sorted(SAMPLE_CORPUS.rglob("*.md"))
-_NON_SPACE = re.compile(r"\S")
 
 
 def config_for(name: str, max_tokens: int = 128, min_tokens: int | None = 64, overlap_tokens: int = 16, params=None):
@@ -34,20 +38,6 @@ def config_for(name: str, max_tokens: int = 128, min_tokens: int | None = 64, ov
         min_tokens=min_tokens,
         params=params if params is not None else get_strategy(name).default_params(),
     )
-
-
-def only_headings_or_front_matter(text: str, start: int, end: int) -> bool:
-    """Whether ``text[start:end]`` has text, all of it in heading lines and front matter (from the parse)."""
-    document = parse_markdown(text)
-    covered = [(heading.start_char, heading.end_char) for heading in document.headings]
-    if document.front_matter is not None:
-        covered.append((0, document.front_matter.end_char))
-    found = False
-    for match in _NON_SPACE.finditer(text, start, end):
-        if not any(low <= match.start() < high for low, high in covered):
-            return False
-        found = True
-    return found
 
 
 def fragments(text: str, chunks) -> list:
@@ -262,6 +252,34 @@ def test_a_code_block_over_the_budget_stays_whole_and_alone_in_blocks():
     assert len(over) == 1 and counter.count(over[0].text.replace(code, "")) <= 128
 
 
+@pytest.mark.parametrize("mode", ["chars", "tokens"])
+def test_scored_packs_within_its_own_size_in_both_modes(mode, read_fixture):
+    from chunkline.strategies.scored import ScoredParams
+
+    text = read_fixture("fragments_tiny_sections_in_a_row.md") + read_fixture("fragments_small_last_section.md")
+    params = ScoredParams(mode=mode, max_chars=300, overlap_chars=0, window_chars=200)
+    config = config_for("scored", max_tokens=96, overlap_tokens=0, params=params)
+    separate = chunk_markdown(text, config_for("scored", max_tokens=96, min_tokens=0, overlap_tokens=0, params=params))
+    chunks = chunk_markdown(text, config)
+    assert sum(chunk.token_count < 64 for chunk in chunks) <= sum(chunk.token_count < 64 for chunk in separate)
+    if mode == "chars":
+        assert all(chunk.char_count <= 300 for chunk in chunks)
+    assert_invariants(text, chunks, config)
+    assert_no_fragment_could_have_merged(text, chunks, config)
+
+
+def test_blocks_packs_within_its_byte_target(read_fixture):
+    text = read_fixture("fragments_tiny_sections_in_a_row.md")
+    config = config_for("blocks", max_tokens=512, params=BlocksParams(max_bytes=200))
+    chunks = chunk_markdown(text, config)
+    separate = chunk_markdown(
+        text, config_for("blocks", max_tokens=512, min_tokens=0, params=BlocksParams(max_bytes=200))
+    )
+    assert len(chunks) < len(separate)
+    assert all(len(chunk.text.encode("utf-8")) <= 200 for chunk in chunks)
+    assert_no_fragment_could_have_merged(text, chunks, config)
+
+
 def test_scored_keeps_its_chunks_and_only_packs_its_tail(read_fixture):
     for path in DOCUMENTS:
         text = path.read_bytes().decode("utf-8")
@@ -327,29 +345,6 @@ def test_the_strategies_command_marks_the_strategies_that_merge_fragments(capsys
 # --------------------------------------------------------------------------------------------------
 # Generated markdown
 # --------------------------------------------------------------------------------------------------
-
-
-def assert_no_fragment_could_have_merged(text: str, chunks, config: ChunkConfig) -> None:
-    """Every chunk under min_tokens, or of headings or front matter only, is the whole document or could
-    not have joined either neighbour within the budget (or is cut off from it by a gap)."""
-    counter = counter_for(config)
-    if len(chunks) == 1:
-        return
-    for number, chunk in enumerate(chunks):
-        small = chunk.token_count < config.effective_min_tokens
-        if not small and not only_headings_or_front_matter(text, chunk.start_char, chunk.end_char):
-            continue
-        where = f"chunk {number} {chunk.text!r} ({chunk.token_count} tokens)"
-        if number + 1 < len(chunks):
-            following = chunks[number + 1]
-            if following.start_char <= chunk.end_char:
-                merged = text[chunk.start_char : following.end_char]
-                assert counter.count(merged) > config.max_tokens, f"{where} fits with the next"
-        if number > 0:
-            previous = chunks[number - 1]
-            if chunk.start_char <= previous.end_char:
-                merged = text[previous.start_char : chunk.end_char]
-                assert counter.count(merged) > config.max_tokens, f"{where} fits with the previous"
 
 
 def soft_limit_check(name: str, text: str, max_tokens: int):

@@ -43,9 +43,17 @@ Press Ctrl+C.
 """
 
 
-def config_for(max_tokens: int, **params) -> ChunkConfig:
+def config_for(max_tokens: int, min_tokens: int = 0, **params) -> ChunkConfig:
+    """``sections`` with these parameters, packing sections by itself (``min_tokens: 0``, no fragment
+    merging after it) unless ``min_tokens`` is given."""
     return ChunkConfig.from_dict(
-        {"strategy": "sections", "max_tokens": max_tokens, "overlap_tokens": 0, "sections": params}
+        {
+            "strategy": "sections",
+            "max_tokens": max_tokens,
+            "overlap_tokens": 0,
+            "min_tokens": min_tokens,
+            "sections": params,
+        }
     )
 
 
