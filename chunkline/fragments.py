@@ -93,7 +93,6 @@ class _FragmentMerger:
         document = context.document
         self.context = context
         self.text = context.text
-        self.index = document.index
         self.offsets = context.offsets
         self.capacity = context.capacity
         self.min_tokens = min_tokens
@@ -102,7 +101,8 @@ class _FragmentMerger:
         self.section_starts = [section.start_char for section in sections]
         self.section_start_set = frozenset(self.section_starts)
         self.paths = section_paths(tuple(sections))
-        self.heading_ends = {heading.start_char: heading.end_char for heading in document.headings}
+        self.heading_starts = [heading.start_char for heading in document.headings]
+        self.heading_ends = [heading.end_char for heading in document.headings]
         front_matter = document.front_matter
         self.front_matter_end = front_matter.end_char if front_matter is not None else 0
         self._kinds: dict[tuple[int, int], int] = {}
@@ -118,7 +118,7 @@ class _FragmentMerger:
         return found
 
     def _kind(self, start: int, end: int) -> int:
-        text, index, heading_ends = self.text, self.index, self.heading_ends
+        text, heading_starts, heading_ends = self.text, self.heading_starts, self.heading_ends
         headings = front_matter = False
         position = start
         while True:
@@ -129,10 +129,10 @@ class _FragmentMerger:
             if position < self.front_matter_end:
                 position, front_matter = self.front_matter_end, True
                 continue
-            heading_end = heading_ends.get(index.line_starts[index.line_of(position)])
-            if heading_end is None:
+            slot = bisect_right(heading_starts, position) - 1
+            if slot < 0 or position >= heading_ends[slot]:
                 return _CONTENT
-            position, headings = heading_end, True
+            position, headings = heading_ends[slot], True
         if headings:
             return _HEADINGS
         return _FRONT_MATTER if front_matter else _BLANK
@@ -170,9 +170,11 @@ class _FragmentMerger:
         return self.offsets.count(span.start_char, span.end_char)
 
     def fitting_count(self, start: int, end: int, joins_heading: bool = False) -> int | None:
-        """The exact count of ``text[start:end]`` when it is within the budget (and the strategy's own size
-        target, unless the range is a heading or front matter joining the text after it), else ``None``."""
-        if not joins_heading and self.size_target is not None and not self.size_target(self.context, start, end):
+        """The exact count of ``text[start:end]`` when it is within the budget and the strategy's own size
+        target (``joins_heading``: the range puts headings or front matter with their neighbour), else
+        ``None``."""
+        size_target = self.size_target
+        if size_target is not None and not size_target(self.context, start, end, joins_heading):
             return None
         capacity = self.capacity
         if not capacity.may_fit(self.offsets.estimate(start, end)):
@@ -212,7 +214,7 @@ class _FragmentMerger:
             if backward and self.must_join(run):
                 previous = backward[-1]
                 if self.can_extend(previous, run.start, run.end) and previous.token_count <= self.capacity.max_tokens:
-                    count = self.fitting_count(previous.start, run.end)
+                    count = self.fitting_count(previous.start, run.end, self.kind(run.start, run.end) != _CONTENT)
                     if count is not None:
                         backward[-1] = self.joined(previous, run, count)
                         continue

@@ -62,7 +62,7 @@ REQUIRED = _Required()
 
 ChunkFunction = Callable[["MarkdownDocument", Any, "TokenCounter"], "list[ChunkSpan]"]
 ContextFunction = Callable[["ChunkContext"], "list[ChunkSpan]"]
-SizeTarget = Callable[["ChunkContext", int, int], bool]
+SizeTarget = Callable[["ChunkContext", int, int, bool], bool]
 
 
 class StrategyError(ValueError):
@@ -99,9 +99,10 @@ class Strategy:
     """Whether the engine packs the strategy's chunks under ``chunking.min_tokens`` with their neighbours
     (and never leaves a heading or front matter as a chunk by itself), see :mod:`chunkline.fragments`."""
     size_target: SizeTarget | None = None
-    """``(context, start_char, end_char) -> bool``: whether a range is within the strategy's own size
-    target besides ``max_tokens`` (``scored``'s ``max_chars``, ``blocks``' ``max_bytes``). Chunks packed
-    together keep it, except a heading or front matter joining the text after it."""
+    """``(context, start_char, end_char, joins_heading) -> bool``: whether chunks packed together into the
+    range keep the strategy's own size target besides ``max_tokens`` (``scored``'s ``max_chars``,
+    ``blocks``' ``max_bytes``); ``joins_heading`` when the range puts a chunk of headings or front matter
+    only with its neighbour, which a soft target lets go past it."""
 
     def run(self, context: ChunkContext) -> list[ChunkSpan]:
         """The strategy's chunk spans of the context's document."""

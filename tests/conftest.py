@@ -221,23 +221,24 @@ def assert_no_fragment_could_have_merged(text: str, chunks, config: chunkline.Ch
     size_target = chunkline.get_strategy(config.strategy).size_target
     context = ChunkContext(chunkline.parse_markdown(text), config, counter)
 
-    def fits(start: int, end: int) -> bool:
-        within_target = size_target is None or size_target(context, start, end)
+    def fits(start: int, end: int, joins_heading: bool) -> bool:
+        within_target = size_target is None or size_target(context, start, end, joins_heading)
         return within_target and counter.count(text[start:end]) <= config.max_tokens
 
     for number, chunk in enumerate(chunks):
         small = chunk.token_count < config.effective_min_tokens
-        if not small and not only_headings_or_front_matter(text, chunk.start_char, chunk.end_char):
+        joins_heading = only_headings_or_front_matter(text, chunk.start_char, chunk.end_char)
+        if not small and not joins_heading:
             continue
         where = f"chunk {number} {chunk.text!r} ({chunk.token_count} tokens)"
         if number + 1 < len(chunks):
             following = chunks[number + 1]
             if following.start_char <= chunk.end_char:
-                assert not fits(chunk.start_char, following.end_char), f"{where} fits with the next"
+                assert not fits(chunk.start_char, following.end_char, joins_heading), f"{where} fits with the next"
         if number > 0:
             previous = chunks[number - 1]
             if chunk.start_char <= previous.end_char:
-                assert not fits(previous.start_char, chunk.end_char), f"{where} fits with the previous"
+                assert not fits(previous.start_char, chunk.end_char, joins_heading), f"{where} fits with the previous"
 
 
 def cut_positions(chunks) -> list[int]:

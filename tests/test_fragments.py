@@ -377,11 +377,15 @@ def soft_limit_check(name: str, text: str, max_tokens: int):
     max_tokens=st.integers(24, 300),
     min_share=st.floats(0.05, 0.6),
     overlap_share=st.floats(0, 0.4),
+    max_bytes=st.one_of(st.none(), st.integers(100, 1500)),
 )
 def test_generated_markdown_keeps_the_contract_and_leaves_no_fragment_that_fits(
-    name, text, max_tokens, min_share, overlap_share
+    name, text, max_tokens, min_share, overlap_share, max_bytes
 ):
-    params = BlocksParams(target="tokens") if name == "blocks" else None
+    # blocks packs to a byte target (soft, max_bytes) or to max_tokens (target: tokens).
+    params = None
+    if name == "blocks":
+        params = BlocksParams(target="tokens") if max_bytes is None else BlocksParams(max_bytes=max_bytes)
     config = config_for(
         name,
         max_tokens=max_tokens,

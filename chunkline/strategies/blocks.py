@@ -271,10 +271,11 @@ class _BlocksChunker:
         return spans or [ChunkSpan(0, 0, (), False, 0)]
 
 
-def within_max_bytes(context: ChunkContext, start_char: int, end_char: int) -> bool:
-    """Whether ``[start_char, end_char)`` keeps the ``max_bytes`` target (always, with ``target: tokens``)."""
+def within_max_bytes(context: ChunkContext, start_char: int, end_char: int, joins_heading: bool = False) -> bool:
+    """Whether ``[start_char, end_char)`` keeps the ``max_bytes`` target (always, with ``target: tokens``).
+    The target is soft: a heading (or front matter) joining its neighbour may go past it."""
     params: BlocksParams = context.params
-    if params.target == "tokens" or 4 * (end_char - start_char) <= params.max_bytes:
+    if joins_heading or params.target == "tokens" or 4 * (end_char - start_char) <= params.max_bytes:
         return True  # a character is at most 4 bytes
     if end_char - start_char > params.max_bytes:
         return False

@@ -473,8 +473,9 @@ class _ScoredChunker:
                 start = cut
 
 
-def within_max_chars(context: ChunkContext, start_char: int, end_char: int) -> bool:
-    """Whether ``[start_char, end_char)`` keeps character mode's ``max_chars`` (always, in token mode)."""
+def within_max_chars(context: ChunkContext, start_char: int, end_char: int, joins_heading: bool = False) -> bool:
+    """Whether ``[start_char, end_char)`` keeps character mode's ``max_chars`` (always, in token mode): a
+    limit every chunk keeps, a heading joining its text included."""
     params: ScoredParams = context.params
     return params.mode == "tokens" or end_char - start_char <= params.max_chars
 
