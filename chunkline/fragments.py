@@ -4,8 +4,10 @@ A strategy that declares ``merges_fragments`` in the registry gets this pass aft
 when ``chunking.min_tokens`` is above 0:
 
 1. **Forward.** A span under ``min_tokens`` tokens absorbs the spans after it, in document order, while the
-   merged range fits the chunk's token budget (counted exactly), and stops as soon as it reaches
-   ``min_tokens``: sections of a normal size stay chunks of their own.
+   merged range fits the chunk's token budget (counted exactly) and the strategy's own size target
+   (:attr:`chunkline.registry.Strategy.size_target`: ``scored``'s ``max_chars``, ``blocks``' soft
+   ``max_bytes``), and stops as soon as it reaches ``min_tokens``: sections of a normal size stay chunks
+   of their own.
 2. **Headings travel with their text.** A span that holds nothing but heading lines, front matter and
    whitespace (a lone ``## Performance``, a parent heading right before its first subsection, a document's
    front matter) always joins what follows. When the merge would be over the budget, the joined range is
