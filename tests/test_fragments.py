@@ -56,7 +56,7 @@ def texts(chunks) -> list[str]:
 
 @pytest.mark.parametrize("name", ["headings", "sections", "blocks"])
 def test_a_lone_heading_before_a_long_section_starts_its_first_piece(name, read_fixture):
-    text = read_fixture("fragments_lone_heading_before_long_section.md")
+    text = read_fixture("lone_heading_before_long_section.md")
     before = chunk_markdown(text, config_for(name, min_tokens=0))
     chunks = chunk_markdown(text, config_for(name))
 
@@ -73,7 +73,7 @@ def test_a_lone_heading_before_a_long_section_starts_its_first_piece(name, read_
 
 @pytest.mark.parametrize("name", ["headings", "blocks"])
 def test_a_parent_heading_joins_its_first_subsection(name, read_fixture):
-    text = read_fixture("fragments_parent_heading_then_subsection.md")
+    text = read_fixture("parent_heading_then_subsection.md")
     chunks = chunk_markdown(text, config_for(name))
 
     assert texts(chunks)[0].startswith("# Harbour station setup\n\n## Mounting\n\n### Choosing the pile\n\nPick a pile")
@@ -88,7 +88,7 @@ def test_a_parent_heading_joins_its_first_subsection(name, read_fixture):
 
 @pytest.mark.parametrize("name", MERGING)
 def test_front_matter_joins_the_title_and_the_text_under_it(name, read_fixture):
-    text = read_fixture("fragments_front_matter_then_h1.md")
+    text = read_fixture("title_after_front_matter.md")
     chunks = chunk_markdown(text, config_for(name))
 
     assert chunks[0].text.startswith("---\ntitle: Release checklist\n")
@@ -103,7 +103,7 @@ def test_front_matter_joins_the_title_and_the_text_under_it(name, read_fixture):
 
 @pytest.mark.parametrize("name", ["headings", "sections", "blocks", "scored"])
 def test_front_matter_over_a_section_over_the_budget_starts_the_first_piece(name, read_fixture):
-    text = read_fixture("fragments_front_matter_over_budget_section.md")
+    text = read_fixture("over_budget_section_under_front_matter.md")
     chunks = chunk_markdown(text, config_for(name))
 
     assert chunks[0].text.startswith("---\ntitle: Maintenance log\n")
@@ -115,7 +115,7 @@ def test_front_matter_over_a_section_over_the_budget_starts_the_first_piece(name
 
 @pytest.mark.parametrize("name", ["headings", "blocks"])
 def test_tiny_sections_in_a_row_are_packed_whole_up_to_min_tokens(name, read_fixture):
-    text = read_fixture("fragments_tiny_sections_in_a_row.md")
+    text = read_fixture("tiny_sections_in_a_row.md")
     separate = chunk_markdown(text, config_for(name, min_tokens=0, max_tokens=64))
     chunks = chunk_markdown(text, config_for(name, min_tokens=32, max_tokens=64))
 
@@ -135,7 +135,7 @@ def test_tiny_sections_in_a_row_are_packed_whole_up_to_min_tokens(name, read_fix
 
 @pytest.mark.parametrize("name", ["headings", "sections", "blocks"])
 def test_a_small_last_section_joins_the_one_before_it(name, read_fixture):
-    text = read_fixture("fragments_small_last_section.md")
+    text = read_fixture("small_last_section.md")
     chunks = chunk_markdown(text, config_for(name))
 
     assert chunks[-1].text.endswith("## Throttling\n\n" + text.split("## Throttling\n\n")[1])
@@ -147,7 +147,7 @@ def test_a_small_last_section_joins_the_one_before_it(name, read_fixture):
 
 
 def test_a_section_that_reaches_min_tokens_is_left_alone(read_fixture):
-    text = read_fixture("fragments_small_last_section.md")
+    text = read_fixture("small_last_section.md")
     chunks = chunk_markdown(text, config_for("headings"))
     assert chunks[0].text.startswith("# Upload service\n\n")
     assert chunks[0].end_char == text.index("## Throttling")
@@ -205,7 +205,7 @@ def test_min_tokens_zero_gives_the_strategy_s_own_chunks(name):
 
 
 def test_strategies_that_do_not_declare_it_ignore_min_tokens(read_fixture):
-    text = read_fixture("fragments_tiny_sections_in_a_row.md")
+    text = read_fixture("tiny_sections_in_a_row.md")
     for name in ("paragraphs", "tokens", "lines"):
         assert not get_strategy(name).merges_fragments
         base = chunk_markdown(text, config_for(name, min_tokens=0))
@@ -256,7 +256,7 @@ def test_a_code_block_over_the_budget_stays_whole_and_alone_in_blocks():
 def test_scored_packs_within_its_own_size_in_both_modes(mode, read_fixture):
     from chunkline.strategies.scored import ScoredParams
 
-    text = read_fixture("fragments_tiny_sections_in_a_row.md") + read_fixture("fragments_small_last_section.md")
+    text = read_fixture("tiny_sections_in_a_row.md") + read_fixture("small_last_section.md")
     params = ScoredParams(mode=mode, max_chars=300, overlap_chars=0, window_chars=200)
     config = config_for("scored", max_tokens=96, overlap_tokens=0, params=params)
     separate = chunk_markdown(text, config_for("scored", max_tokens=96, min_tokens=0, overlap_tokens=0, params=params))
@@ -269,7 +269,7 @@ def test_scored_packs_within_its_own_size_in_both_modes(mode, read_fixture):
 
 
 def test_blocks_packs_within_its_byte_target(read_fixture):
-    text = read_fixture("fragments_tiny_sections_in_a_row.md")
+    text = read_fixture("tiny_sections_in_a_row.md")
     config = config_for("blocks", max_tokens=512, params=BlocksParams(max_bytes=200))
     chunks = chunk_markdown(text, config)
     separate = chunk_markdown(
