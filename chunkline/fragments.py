@@ -29,7 +29,8 @@ from __future__ import annotations
 import re
 from bisect import bisect_right
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 from chunkline.record import ChunkSpan
@@ -53,7 +54,7 @@ _BLANK = 3
 """A range of whitespace only."""
 
 
-@dataclass
+@dataclass(slots=True)
 class _Run:
     """A span being built: its range, exact count and the spans of the strategy it holds."""
 
@@ -61,9 +62,22 @@ class _Run:
     end: int
     token_count: int
     is_sub_split: bool
-    parts: list[ChunkSpan] = field(default_factory=list)
+    parts: list[ChunkSpan]
     original: ChunkSpan | None = None
     """The strategy's span, while nothing has been merged into it."""
+    kind: int | None = None
+    """What the range holds (``_CONTENT`` ... ``_BLANK``), once looked at."""
+
+
+def _combined_kind(first: int | None, second: int | None) -> int | None:
+    """The kind of two adjoining or overlapping ranges together: text wins, then headings, front matter."""
+    if first is None or second is None:
+        return _CONTENT if _CONTENT in (first, second) else None
+    if _CONTENT in (first, second):
+        return _CONTENT
+    if _HEADINGS in (first, second):
+        return _HEADINGS
+    return _FRONT_MATTER if _FRONT_MATTER in (first, second) else _BLANK
 
 
 def merge_fragments(
@@ -99,25 +113,20 @@ class _FragmentMerger:
         self.capacity = context.capacity
         self.min_tokens = min_tokens
         self.size_target = size_target
-        sections = document.sections if sections is None else tuple(sections)
-        self.section_starts = [section.start_char for section in sections]
-        self.section_start_set = frozenset(self.section_starts)
-        self.paths = section_paths(tuple(sections))
+        self.sections = document.sections if sections is None else tuple(sections)
+        self.section_starts = [section.start_char for section in self.sections]
         self.heading_starts = [heading.start_char for heading in document.headings]
         self.heading_ends = [heading.end_char for heading in document.headings]
         front_matter = document.front_matter
         self.front_matter_end = front_matter.end_char if front_matter is not None else 0
-        self._kinds: dict[tuple[int, int], int] = {}
 
     # -- what a range holds ----------------------------------------------------------------------
 
-    def kind(self, start: int, end: int) -> int:
-        """What ``text[start:end]`` holds: content, headings only, front matter only, or whitespace."""
-        key = (start, end)
-        found = self._kinds.get(key)
-        if found is None:
-            found = self._kinds[key] = self._kind(start, end)
-        return found
+    def kind(self, run: _Run) -> int:
+        """What ``run`` holds: content, headings only, front matter only, or whitespace."""
+        if run.kind is None:
+            run.kind = self._kind(run.start, run.end)
+        return run.kind
 
     def _kind(self, start: int, end: int) -> int:
         text, heading_starts, heading_ends = self.text, self.heading_starts, self.heading_ends
@@ -141,7 +150,15 @@ class _FragmentMerger:
 
     def must_join(self, run: _Run) -> bool:
         """Whether ``run`` may not be a chunk on its own while something can join it."""
-        return run.token_count < self.min_tokens or self.kind(run.start, run.end) != _CONTENT
+        return run.token_count < self.min_tokens or self.kind(run) != _CONTENT
+
+    @cached_property
+    def paths(self) -> list[tuple[str, ...]]:
+        return section_paths(self.sections)
+
+    @cached_property
+    def section_start_set(self) -> frozenset[int]:
+        return frozenset(self.section_starts)
 
     def path_of(self, span: ChunkSpan) -> tuple[str, ...]:
         if span.heading_path is not None:
@@ -152,7 +169,7 @@ class _FragmentMerger:
     def shared_path(self, parts: Sequence[ChunkSpan]) -> tuple[str, ...]:
         """The longest common prefix of the parts' heading paths; front matter and blank parts, which sit
         under no heading, count only when there is nothing else."""
-        with_headings = [part for part in parts if self.kind(part.start_char, part.end_char) in (_CONTENT, _HEADINGS)]
+        with_headings = [part for part in parts if self._kind(part.start_char, part.end_char) in (_CONTENT, _HEADINGS)]
         paths = [self.path_of(part) for part in with_headings or parts]
         shared = paths[0]
         for path in paths[1:]:
@@ -171,12 +188,12 @@ class _FragmentMerger:
             return span.token_count
         return self.offsets.count(span.start_char, span.end_char)
 
-    def fitting_count(self, start: int, end: int, joins_heading: bool = False) -> int | None:
-        """The exact count of ``text[start:end]`` when it is within the budget and the strategy's own size
-        target (``joins_heading``: the range puts headings or front matter with their neighbour), else
-        ``None``."""
+    def fitting_count(self, run: _Run, start: int, end: int) -> int | None:
+        """The exact count of ``text[start:end]``, which puts ``run`` with a neighbour, when it is within the
+        budget and the strategy's own size target (which a soft target lets headings or front matter
+        joining their neighbour pass), else ``None``."""
         size_target = self.size_target
-        if size_target is not None and not size_target(self.context, start, end, joins_heading):
+        if size_target is not None and not size_target(self.context, start, end, self.kind(run) != _CONTENT):
             return None
         capacity = self.capacity
         if not capacity.may_fit(self.offsets.estimate(start, end)):
@@ -194,12 +211,14 @@ class _FragmentMerger:
         """Whether a range starting at ``span_start`` continues ``run`` without a gap and goes further."""
         return run.start <= span_start <= run.end and span_end > run.end
 
-    def extended(self, run: _Run, span: ChunkSpan, count: int) -> _Run:
-        return _Run(run.start, span.end_char, count, run.is_sub_split or span.is_sub_split, [*run.parts, span])
-
     def joined(self, first: _Run, second: _Run, count: int) -> _Run:
         return _Run(
-            first.start, second.end, count, first.is_sub_split or second.is_sub_split, [*first.parts, *second.parts]
+            first.start,
+            second.end,
+            count,
+            first.is_sub_split or second.is_sub_split,
+            [*first.parts, *second.parts],
+            kind=_combined_kind(first.kind, second.kind),
         )
 
     def span_of(self, run: _Run) -> ChunkSpan:
@@ -216,7 +235,7 @@ class _FragmentMerger:
             if backward and self.must_join(run):
                 previous = backward[-1]
                 if self.can_extend(previous, run.start, run.end) and previous.token_count <= self.capacity.max_tokens:
-                    count = self.fitting_count(previous.start, run.end, self.kind(run.start, run.end) != _CONTENT)
+                    count = self.fitting_count(run, previous.start, run.end)
                     if count is not None:
                         backward[-1] = self.joined(previous, run, count)
                         continue
@@ -235,13 +254,12 @@ class _FragmentMerger:
                 following = spans[number]
                 if not self.can_extend(run, following.start_char, following.end_char):
                     break
-                joins_heading = self.kind(run.start, run.end) != _CONTENT
-                count = self.fitting_count(run.start, following.end_char, joins_heading)
+                count = self.fitting_count(run, run.start, following.end_char)
                 if count is not None:
-                    run = self.extended(run, following, count)
+                    run = self.joined(run, self.run_of(following), count)
                     number += 1
                     continue
-                if not joins_heading:
+                if self.kind(run) == _CONTENT:
                     break
                 pieces, after = self.resplit(run, spans, number)
                 if not pieces:
