@@ -297,6 +297,11 @@ class _FragmentMerger:
         cut = self.context.split(run.start, end, None, overlap_tokens)
         if cut[0].end_char <= run.end:
             return [], number
+        size_target = self.size_target
+        if size_target is not None and not all(
+            size_target(self.context, piece.start_char, piece.end_char, True) for piece in cut
+        ):
+            return [], number  # pieces the strategy's own size does not allow
         if after < len(spans):
             # Pieces that start after the next span does lie in it whole (it overlaps the range): the next
             # span already holds them.
