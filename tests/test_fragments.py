@@ -176,6 +176,10 @@ def test_a_heading_before_a_block_that_only_fits_alone_stays_with_the_previous_s
     assert texts(chunks) == [intro + "## List\n\n", table]
     assert_protected_blocks_whole(text, chunks, max_tokens, counter)
     assert_invariants(text, chunks, config)
+    # With no section before it the heading stays a chunk of its own: the table is never cut.
+    alone = chunk_markdown("## List\n\n" + table, config)
+    assert texts(alone) == ["## List\n\n", table]
+    assert_no_fragment_could_have_merged("## List\n\n" + table, alone, config)
 
 
 # --------------------------------------------------------------------------------------------------
