@@ -221,9 +221,11 @@ def assert_no_fragment_could_have_merged(text: str, chunks, config: chunkline.Ch
     size_target = chunkline.get_strategy(config.strategy).size_target
     context = ChunkContext(chunkline.parse_markdown(text), config, counter)
 
+    budget = context.max_tokens  # the chunk's token budget, as the engine gives it to the strategy
+
     def fits(start: int, end: int, joins_heading: bool) -> bool:
         within_target = size_target is None or size_target(context, start, end, joins_heading)
-        return within_target and counter.count(text[start:end]) <= config.max_tokens
+        return within_target and counter.count(text[start:end]) <= budget
 
     for number, chunk in enumerate(chunks):
         small = chunk.token_count < config.effective_min_tokens
