@@ -3,7 +3,8 @@
 Usage::
 
     python benchmarks/bench_chunking.py [FOLDER ...] [--max-tokens 512] [--overlap-tokens 50]
-                                        [--runs 5] [--strategies NAME,... | --no-strategies]
+                                        [--min-tokens N] [--runs 5]
+                                        [--strategies NAME,... | --no-strategies]
                                         [--json out.json]
 
 FOLDER defaults to ``../shared/corpus`` beside the repository (the benchmark corpus, present on development
@@ -44,7 +45,11 @@ Quality. Each system chunks the corpus once more, outside timing, and its output
   offsets are taken in the unit its documentation gives, checked against the text and converted from
   bytes to characters if they are byte offsets);
 * for chunkline also ``reconstruct(chunks) == text`` per document and ``token_count`` equal to the exact
-  count per chunk.
+  count per chunk;
+* fragments: heading-only chunks (nothing but heading lines from ``chunkline.parse_markdown``, front matter
+  and whitespace allowed) and front-matter-only chunks, counted in documents that have other text; the
+  share of chunks under 32 exact tokens; the mean tokens per chunk. ``--min-tokens`` sets chunkline's
+  ``chunking.min_tokens`` (``0``: no fragment merging, the chunks of each strategy alone).
 
 The floor produces no chunks; its quality figures are ``n/a``.
 
@@ -122,6 +127,10 @@ MAX_EXAMPLES = 5
 FLOOR_TARGET = 0.5
 """The throughput every strategy is measured against, as a share of the floor's."""
 SPLIT_PROBLEMS = ("fences_tables_split", "list_items_split")
+SMALL_CHUNK_TOKENS = 32
+"""Chunks under this many tokens are counted as small (fragments)."""
+FRAGMENT_EXAMPLES = ("heading_only", "front_matter_only")
+"""Examples kept for the fragment figures: measurements, not broken promises."""
 
 
 # --------------------------------------------------------------------------------------------- corpus
@@ -390,6 +399,57 @@ def fitting_blocks(documents: Sequence[Document], encoding: tiktoken.Encoding, m
     return FittingBlocks(fences_and_tables, list_items)
 
 
+@dataclass(frozen=True)
+class DocumentMarkup:
+    """Per document, the heading lines and the front matter (``(start, end)`` ascending) and whether the
+    document has text besides them: what a fragment chunk consists of."""
+
+    ranges: dict[str, list[tuple[int, int]]]
+    front_matter_end: dict[str, int]
+    has_other_text: dict[str, bool]
+
+
+def document_markup(documents: Sequence[Document]) -> DocumentMarkup:
+    ranges: dict[str, list[tuple[int, int]]] = {}
+    front_matter_end: dict[str, int] = {}
+    has_other_text: dict[str, bool] = {}
+    for document in documents:
+        parsed = parse_markdown(document.text)
+        end = parsed.front_matter.end_char if parsed.front_matter is not None else 0
+        found = ([(0, end)] if end else []) + [(heading.start_char, heading.end_char) for heading in parsed.headings]
+        ranges[document.doc_id] = found
+        front_matter_end[document.doc_id] = end
+        has_other_text[document.doc_id] = fragment_kind(document.text, 0, len(document.text), found, end) == "text"
+    return DocumentMarkup(ranges, front_matter_end, has_other_text)
+
+
+_NON_SPACE = re.compile(r"\S")
+
+
+def fragment_kind(text: str, start: int, end: int, ranges: Sequence[tuple[int, int]], front_matter_end: int) -> str:
+    """``"heading"`` (heading lines, maybe with front matter), ``"front matter"``, ``"blank"`` or ``"text"``:
+    what ``text[start:end]`` holds besides whitespace."""
+    starts = [low for low, _ in ranges]
+    seen_heading = seen_front_matter = False
+    position = start
+    while True:
+        match = _NON_SPACE.search(text, position, end)
+        if match is None:
+            break
+        position = match.start()
+        slot = bisect_right(starts, position) - 1
+        if slot < 0 or position >= ranges[slot][1]:
+            return "text"
+        if ranges[slot][1] == front_matter_end and ranges[slot][0] == 0:
+            seen_front_matter = True
+        else:
+            seen_heading = True
+        position = ranges[slot][1]
+    if seen_heading:
+        return "heading"
+    return "front matter" if seen_front_matter else "blank"
+
+
 def oversized_blocks(
     documents: Sequence[Document], encoding: tiktoken.Encoding, max_tokens: int, kinds: frozenset[str]
 ) -> dict[str, list[BlockRange]]:
@@ -437,6 +497,15 @@ class Quality:
     overlap_starts_mid_sentence: int = 0
     """Of those, the ones that start neither at a line start nor after a sentence's end."""
     offsets_exact: int = 0
+    chunk_tokens: int = 0
+    """Exact cl100k_base tokens of every chunk, summed (for the mean)."""
+    small_chunks: int = 0
+    """Chunks under SMALL_CHUNK_TOKENS exact tokens."""
+    heading_only_chunks: int = 0
+    """Chunks whose text is heading lines only (front matter and whitespace allowed), in documents that have
+    more than headings and front matter."""
+    front_matter_only_chunks: int = 0
+    """Chunks whose text is front matter only (whitespace allowed), in documents that have more."""
     documents_reconstructed: int | None = None
     token_counts_exact: int | None = None
     examples: dict[str, list[str]] = field(default_factory=dict)
@@ -492,15 +561,35 @@ def check_document(
     encoding: tiktoken.Encoding,
     max_tokens: int,
     soft_limit_units: Sequence[BlockRange] | None = None,
+    markup: DocumentMarkup | None = None,
 ) -> None:
     """Add one document's figures to ``quality``; ``soft_limit_units`` are the document's blocks a chunk
-    may exceed the limit for (see :func:`is_soft_limit_chunk`), ``None`` when the system declares none."""
+    may exceed the limit for (see :func:`is_soft_limit_chunk`), ``None`` when the system declares none;
+    ``markup``, the documents' headings and front matter for the fragment figures."""
     text = document.text
     quality.documents += 1
     quality.chunks += len(output.spans)
     quality.characters += len(text)
+    count_fragments = markup is not None and markup.has_other_text[document.doc_id]
     for index, span in enumerate(output.spans):
         exact = len(encoding.encode_ordinary(span.text))
+        quality.chunk_tokens += exact
+        quality.small_chunks += exact < SMALL_CHUNK_TOKENS
+        if count_fragments:
+            assert markup is not None
+            kind = fragment_kind(
+                text,
+                max(span.start, 0),
+                min(span.end, len(text)),
+                markup.ranges[document.doc_id],
+                markup.front_matter_end[document.doc_id],
+            )
+            if kind == "heading":
+                quality.heading_only_chunks += 1
+                quality.example("heading_only", f"{document.doc_id} chunk {index}: {span.text[:60]!r}")
+            elif kind == "front matter":
+                quality.front_matter_only_chunks += 1
+                quality.example("front_matter_only", f"{document.doc_id} chunk {index}")
         if exact > max_tokens:
             if soft_limit_units and is_soft_limit_chunk(text, span, soft_limit_units, encoding, max_tokens):
                 quality.soft_limit_chunks = (quality.soft_limit_chunks or 0) + 1
@@ -551,6 +640,7 @@ def assess(
     encoding: tiktoken.Encoding,
     max_tokens: int,
     soft_limit_units: dict[str, list[BlockRange]] | None = None,
+    markup: DocumentMarkup | None = None,
 ) -> Quality:
     """The quality figures of one untimed pass of ``system`` over the corpus; ``soft_limit_units`` per
     document for a system that declares soft-limit units (see :func:`oversized_blocks`)."""
@@ -558,7 +648,7 @@ def assess(
     quality = Quality(soft_limit_chunks=None if soft_limit_units is None else 0)
     for document in documents:
         units = None if soft_limit_units is None else soft_limit_units[document.doc_id]
-        check_document(quality, document, system.collect(document), blocks, encoding, max_tokens, units)
+        check_document(quality, document, system.collect(document), blocks, encoding, max_tokens, units, markup)
     return quality
 
 
@@ -608,6 +698,15 @@ def of(part: int, whole: int) -> str:
     return f"{part} of {whole}"
 
 
+def small_share(quality: Quality) -> str:
+    """The share of chunks under SMALL_CHUNK_TOKENS tokens, in percent."""
+    return "n/a" if not quality.chunks else f"{100 * quality.small_chunks / quality.chunks:.2f}%"
+
+
+def mean_tokens(quality: Quality) -> str:
+    return "n/a" if not quality.chunks else f"{quality.chunk_tokens / quality.chunks:.1f}"
+
+
 def table_rows(
     results: dict[str, SystemResult], blocks: FittingBlocks, max_tokens: int
 ) -> tuple[list[str], list[list[str]]]:
@@ -648,6 +747,10 @@ def table_rows(
         row(f"chunks over {max_tokens} tokens", lambda r: str(quality(r).over_limit)),
         row(f"fences/tables that fit but were split (of {fences})", lambda r: str(quality(r).fences_tables_split)),
         row(f"list items that fit but were split (of {items})", lambda r: str(quality(r).list_items_split)),
+        row("heading-only chunks", lambda r: str(quality(r).heading_only_chunks)),
+        row("front-matter-only chunks", lambda r: str(quality(r).front_matter_only_chunks)),
+        row(f"chunks under {SMALL_CHUNK_TOKENS} tokens", lambda r: small_share(quality(r))),
+        row("mean tokens per chunk", lambda r: mean_tokens(quality(r))),
         row("characters lost", lambda r: str(quality(r).characters_lost)),
         row(
             "overlapping chunks that start mid-sentence",
@@ -707,7 +810,8 @@ def corpus_summary(corpus: Corpus, args: argparse.Namespace, found_versions: dic
             f"corpus: {folders}",
             f"  {len(corpus.documents)} files, {corpus.megabytes:.2f} MB (1 MB = 1e6 bytes of UTF-8 input)",
             f"  runs: {args.runs} (order rotated each round; median reported)  "
-            f"max_tokens: {args.max_tokens}  overlap_tokens: {args.overlap_tokens}  tokenizer: {ENCODING_NAME}",
+            f"max_tokens: {args.max_tokens}  overlap_tokens: {args.overlap_tokens}  "
+            f"min_tokens: {'default' if args.min_tokens is None else args.min_tokens}  tokenizer: {ENCODING_NAME}",
             f"versions: {version_text}",
         ]
     )
@@ -728,7 +832,7 @@ def ratio_lines(results: dict[str, SystemResult]) -> list[str]:
 def problem_lines(name: str, quality: Quality | None, exempt: Iterable[str] = ()) -> list[str]:
     """A chunkline strategy's broken promises, with where to reproduce them (each one is an engine bug);
     ``exempt`` problems are not promises this strategy makes."""
-    skipped = frozenset(exempt)
+    skipped = frozenset(exempt).union(FRAGMENT_EXAMPLES)
     recorded = quality.examples if quality is not None else {}
     found = {problem: examples for problem, examples in recorded.items() if problem not in skipped}
     if not found:
@@ -771,14 +875,22 @@ class StrategySection:
         ]
 
 
-def strategy_config(strategy: Strategy, max_tokens: int, overlap_tokens: int) -> ChunkConfig | str:
+def strategy_config(
+    strategy: Strategy, max_tokens: int, overlap_tokens: int, min_tokens: int | None = None
+) -> ChunkConfig | str:
     """The strategy with its default parameters at the benchmark's settings, or why that is no valid config."""
     try:
         params = strategy.default_params()
     except TypeError:  # required parameters and no example: ChunkConfig names them
         params = None
     try:
-        return ChunkConfig(strategy=strategy.name, max_tokens=max_tokens, overlap_tokens=overlap_tokens, params=params)
+        return ChunkConfig(
+            strategy=strategy.name,
+            max_tokens=max_tokens,
+            overlap_tokens=overlap_tokens,
+            min_tokens=min_tokens,
+            params=params,
+        )
     except ConfigError as error:
         return str(error)
 
@@ -791,11 +903,15 @@ def run_strategies(
     max_tokens: int,
     overlap_tokens: int,
     runs: int,
+    min_tokens: int | None = None,
+    markup: DocumentMarkup | None = None,
 ) -> StrategySection:
     """Time each strategy over the corpus beside the floor, then check its output (untimed)."""
     documents = corpus.documents
     strategies = [get_strategy(name) for name in names]
-    configs = {strategy.name: strategy_config(strategy, max_tokens, overlap_tokens) for strategy in strategies}
+    configs = {
+        strategy.name: strategy_config(strategy, max_tokens, overlap_tokens, min_tokens) for strategy in strategies
+    }
     systems = {
         name: chunkline_system(config, name) for name, config in configs.items() if isinstance(config, ChunkConfig)
     }
@@ -815,7 +931,7 @@ def run_strategies(
         if kinds and kinds not in soft_limit_units:
             soft_limit_units[kinds] = oversized_blocks(documents, encoding, max_tokens, kinds)
         units = soft_limit_units[kinds] if kinds else None
-        quality = assess(systems[strategy.name], documents, blocks, encoding, max_tokens, units)
+        quality = assess(systems[strategy.name], documents, blocks, encoding, max_tokens, units, markup)
         result = SystemResult(strategy.name, seconds[strategy.name], corpus.megabytes, quality)
         entries.append(StrategyResult(strategy, config.params, result))
     return StrategySection(SystemResult(FLOOR, seconds[FLOOR], corpus.megabytes, None), entries)
@@ -830,6 +946,10 @@ def strategy_rows(section: StrategySection, max_tokens: int) -> tuple[list[str],
         "MB/s",
         "/ floor",
         "chunks",
+        "mean tok",
+        f"<{SMALL_CHUNK_TOKENS} tok",
+        "heading-only",
+        "fm-only",
         f"over {max_tokens}",
         "soft-limit",
         "fit but split",
@@ -850,6 +970,10 @@ def strategy_rows(section: StrategySection, max_tokens: int) -> tuple[list[str],
                 f"{result.mb_per_second:.2f}",
                 f"{section.over_floor(entry):.2f}x",
                 str(quality.chunks),
+                mean_tokens(quality),
+                small_share(quality),
+                str(quality.heading_only_chunks),
+                str(quality.front_matter_only_chunks),
                 str(quality.over_limit),
                 "n/a" if quality.soft_limit_chunks is None else str(quality.soft_limit_chunks),
                 (
@@ -868,6 +992,9 @@ def strategy_rows(section: StrategySection, max_tokens: int) -> tuple[list[str],
 def strategy_legend(blocks: FittingBlocks, documents: int, max_tokens: int) -> list[str]:
     return [
         "MB/s: median throughput; / floor: that over the floor's median from the same rounds",
+        f"mean tok: mean exact cl100k_base tokens per chunk; <{SMALL_CHUNK_TOKENS} tok: share of chunks under "
+        f"{SMALL_CHUNK_TOKENS} tokens; heading-only / fm-only: chunks of heading lines only (front matter "
+        "allowed) / of front matter only, in documents that have other text",
         f"over {max_tokens}: chunks over {max_tokens} tokens that are not a declared soft-limit unit; soft-limit: "
         "chunks over it that are one (a block of the strategy's soft_limit_kinds, itself over the limit, with "
         "the rest of the chunk within it); n/a: the strategy declares none",
@@ -948,6 +1075,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--max-tokens", type=int, default=512)
     parser.add_argument("--overlap-tokens", type=int, default=50)
+    parser.add_argument(
+        "--min-tokens",
+        type=int,
+        default=None,
+        help="chunkline's chunking.min_tokens (default: the config's default; 0 turns fragment merging off)",
+    )
     parser.add_argument("--runs", type=int, default=5, help="timed passes per system (default: 5)")
     parser.add_argument("--json", type=Path, metavar="OUT", help="also write every figure to this JSON file")
     which = parser.add_mutually_exclusive_group()
@@ -963,6 +1096,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         parser.error("--runs must be at least 1")
     if not 0 <= args.overlap_tokens < args.max_tokens:
         parser.error("--overlap-tokens must be >= 0 and less than --max-tokens")
+    if args.min_tokens is not None and not 0 <= args.min_tokens < args.max_tokens:
+        parser.error("--min-tokens must be >= 0 and less than --max-tokens")
     registered = available_strategies()
     if args.no_strategies:
         args.strategies = []
@@ -994,7 +1129,7 @@ def comma_separated(value: str) -> list[str]:
 
 
 def build_systems(args: argparse.Namespace, encoding: tiktoken.Encoding) -> list[System]:
-    config = ChunkConfig(max_tokens=args.max_tokens, overlap_tokens=args.overlap_tokens)
+    config = ChunkConfig(max_tokens=args.max_tokens, overlap_tokens=args.overlap_tokens, min_tokens=args.min_tokens)
     systems = [chunkline_system(config), floor_system(encoding)]
     semantic = semantic_system(args.max_tokens, args.overlap_tokens)
     if semantic is None:
@@ -1022,9 +1157,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     print("checking quality (untimed)...", file=sys.stderr, flush=True)
     blocks = fitting_blocks(documents, encoding, args.max_tokens)
+    markup = document_markup(documents)
     results: dict[str, SystemResult] = {}
     for system in systems:
-        quality = assess(system, documents, blocks, encoding, args.max_tokens) if system.collect else None
+        quality = (
+            assess(system, documents, blocks, encoding, args.max_tokens, markup=markup) if system.collect else None
+        )
         results[system.name] = SystemResult(system.name, seconds[system.name], corpus.megabytes, quality)
     offset_check = next((check_offset_unit(system, documents) for system in systems if system.name == SEMANTIC), None)
 
@@ -1049,7 +1187,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     section = None
     if args.strategies:
         section = run_strategies(
-            args.strategies, corpus, encoding, blocks, args.max_tokens, args.overlap_tokens, args.runs
+            args.strategies,
+            corpus,
+            encoding,
+            blocks,
+            args.max_tokens,
+            args.overlap_tokens,
+            args.runs,
+            args.min_tokens,
+            markup,
         )
         print("\n".join(["", *strategy_section_lines(section, blocks, len(documents), args.max_tokens)]))
 
@@ -1067,6 +1213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "runs": args.runs,
                 "max_tokens": args.max_tokens,
                 "overlap_tokens": args.overlap_tokens,
+                "min_tokens": args.min_tokens,
                 "tokenizer": ENCODING_NAME,
             },
             "versions": found_versions,

@@ -50,6 +50,10 @@ _SECTIONS = frozenset({"chunking", "input", "output", "run"})
 #: byte-level BPE encoding never needs more tokens than bytes.
 MIN_MAX_TOKENS = 4
 
+#: ``min_tokens`` when it is not set (and ``max_tokens`` is at least twice as large): provisional, to be
+#: chosen by retrieval measurements.
+DEFAULT_MIN_TOKENS = 64
+
 #: The largest token budget: a chunk's ``token_count`` is a 32-bit column.
 MAX_MAX_TOKENS = 2**31 - 1
 
@@ -57,6 +61,7 @@ _COMMON_KEYS = (
     "strategy",
     "max_tokens",
     "overlap_tokens",
+    "min_tokens",
     "tokenizer",
     "tokenizer_file",
     "tokenizer_sha256",
@@ -79,6 +84,11 @@ class ChunkConfig:
     """No chunk has more tokens than this, counted with ``tokenizer``."""
     overlap_tokens: int = 50
     """Tokens shared by consecutive pieces of one split section (at most; cuts fall on boundaries)."""
+    min_tokens: int | None = None
+    """Strategies that merge fragments (``chunkline strategies`` marks them) pack a chunk under this many
+    tokens with the chunks after it while the result fits, and never leave a heading or front matter as a
+    chunk by itself; 0 turns that off. ``None``: :data:`DEFAULT_MIN_TOKENS`, or half of ``max_tokens``
+    when that is smaller (:attr:`effective_min_tokens`)."""
     tokenizer: str = "cl100k_base"
     """A tiktoken encoding name, or ``huggingface`` for a model's own ``tokenizer.json``."""
     tokenizer_file: str | None = None
@@ -126,6 +136,15 @@ class ChunkConfig:
             raise ConfigError(
                 f"chunking.overlap_tokens must be >= 0 and less than max_tokens ({self.max_tokens}), "
                 f"got {self.overlap_tokens!r}"
+            )
+        if self.min_tokens is not None and (
+            isinstance(self.min_tokens, bool)
+            or not isinstance(self.min_tokens, int)
+            or not 0 <= self.min_tokens < self.max_tokens
+        ):
+            raise ConfigError(
+                f"chunking.min_tokens must be a whole number >= 0 and less than max_tokens ({self.max_tokens}), "
+                f"got {self.min_tokens!r}"
             )
         if not isinstance(self.tokenizer, str) or not self.tokenizer:
             raise ConfigError("chunking.tokenizer must name a tiktoken encoding, e.g. cl100k_base")
@@ -184,6 +203,13 @@ class ChunkConfig:
             except ValueError as error:
                 raise ConfigError(f"chunking.{self.strategy}: {error}") from None
 
+    @property
+    def effective_min_tokens(self) -> int:
+        """``min_tokens``, or its default for this ``max_tokens`` when unset."""
+        if self.min_tokens is not None:
+            return self.min_tokens
+        return min(DEFAULT_MIN_TOKENS, self.max_tokens // 2)
+
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None, path: str = "chunking") -> ChunkConfig:
         """A config from the mapping of a ``chunking`` section; strategy sections are checked too."""
@@ -218,6 +244,10 @@ class ChunkConfig:
         """A stable JSON text of everything that decides the chunks (for caching and manifests)."""
         data = self.to_dict()
         data.pop("tokenizer_file")  # where the file lives does not change the tokens: its sha256 is checked
+        if get_strategy(self.strategy).merges_fragments:
+            data["min_tokens"] = self.effective_min_tokens  # the default and the same value set: same chunks
+        else:
+            data.pop("min_tokens")  # read only by strategies that merge fragments
         if self.tokenizer == "huggingface":
             # The file's own sha256 (read once, cached with the tokenizer) stands for the tokenizer.
             from chunkline.tokenizers import counter_for
@@ -234,6 +264,7 @@ class _CommonSettings:
     strategy: str = ChunkConfig.strategy
     max_tokens: int = ChunkConfig.max_tokens
     overlap_tokens: int = ChunkConfig.overlap_tokens
+    min_tokens: int | None = None
     tokenizer: str = ChunkConfig.tokenizer
     tokenizer_file: str | None = None
     tokenizer_sha256: str | None = None

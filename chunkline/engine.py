@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from chunkline.config import ChunkConfig, ConfigError
 from chunkline.context import ChunkContext
 from chunkline.embed_text import NO_CONTEXT, EmbedText, embed_text_for, heading_paths_of
+from chunkline.fragments import merge_fragments
 from chunkline.record import Chunk, ChunkSpan, chunk_uuid
 from chunkline.registry import Strategy, get_strategy
 from chunkline.structure import MarkdownDocument, Section, parse_markdown, section_paths, sections_by_pattern
@@ -67,6 +68,8 @@ def chunk_document(
     spans = strategy.run(context)
     if not spans:
         spans = [ChunkSpan(0, len(document.text))]
+    if strategy.merges_fragments and config.effective_min_tokens:
+        spans = merge_fragments(context, spans, config.effective_min_tokens, sections, strategy.size_target)
     if embedding.offsets is None:
         embedding.offsets = vars(context).get("offsets")  # the strategy's, when it encoded them
     return build_chunks(

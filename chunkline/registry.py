@@ -62,6 +62,7 @@ REQUIRED = _Required()
 
 ChunkFunction = Callable[["MarkdownDocument", Any, "TokenCounter"], "list[ChunkSpan]"]
 ContextFunction = Callable[["ChunkContext"], "list[ChunkSpan]"]
+SizeTarget = Callable[["ChunkContext", int, int, bool], bool]
 
 
 class StrategyError(ValueError):
@@ -94,6 +95,14 @@ class Strategy:
     chunk_in_context: ContextFunction | None = None
     """The strategy as a function of the document's :class:`~chunkline.context.ChunkContext`, when it is
     written so (``chunk`` then builds the context itself)."""
+    merges_fragments: bool = False
+    """Whether the engine packs the strategy's chunks under ``chunking.min_tokens`` with their neighbours
+    (and never leaves a heading or front matter as a chunk by itself), see :mod:`chunkline.fragments`."""
+    size_target: SizeTarget | None = None
+    """``(context, start_char, end_char, joins_heading) -> bool``: whether chunks packed together into the
+    range keep the strategy's own size target besides ``max_tokens`` (``scored``'s ``max_chars``,
+    ``blocks``' ``max_bytes``); ``joins_heading`` when the range puts a chunk of headings or front matter
+    only with its neighbour, which a soft target lets go past it."""
 
     def run(self, context: ChunkContext) -> list[ChunkSpan]:
         """The strategy's chunk spans of the context's document."""
@@ -170,6 +179,8 @@ def register_strategy(
     keeps_blocks_whole: bool = True,
     soft_limit_kinds: frozenset[str] = frozenset(),
     example_params: Any = None,
+    merges_fragments: bool = False,
+    size_target: SizeTarget | None = None,
 ) -> Callable[[Callable], Callable]:
     """Decorator that registers a chunk function under ``name`` with its parameter dataclass: a function of
     one :class:`~chunkline.context.ChunkContext`, or of the document, config and counter.
@@ -189,6 +200,8 @@ def register_strategy(
                 frozenset(soft_limit_kinds),
                 example_params,
                 function if takes_context else None,
+                merges_fragments,
+                size_target,
             )
         )
         return function

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from chunkline import __version__
-from chunkline.config import ChunkConfig, ConfigError, load_chunk_config
+from chunkline.config import DEFAULT_MIN_TOKENS, ChunkConfig, ConfigError, load_chunk_config
 from chunkline.dataset.decoding import BinaryFileError, decode_file
 from chunkline.dataset.inputs import utf8_name, walk_local_folder
 from chunkline.dataset.publish import ConcurrentRunError, DatasetNotFoundError
@@ -669,6 +669,7 @@ def _strategies_command(arguments: argparse.Namespace) -> int:
     default = ChunkConfig()
     out.write(
         f"Common settings (chunking.*): max_tokens={default.max_tokens}, overlap_tokens={default.overlap_tokens}, "
+        f"min_tokens={default.min_tokens} ({DEFAULT_MIN_TOKENS}, or half of max_tokens when smaller; 0: off), "
         f"tokenizer={default.tokenizer} (a tiktoken encoding, or huggingface with tokenizer_file naming a "
         "tokenizer.json), tokenizer_file=None, tokenizer_sha256=None, count_special_tokens=False, "
         f"embed_context={default.embed_context!r} (the context line of embed_text: {{title}}, {{heading_path}}, "
@@ -680,6 +681,8 @@ def _strategies_command(arguments: argparse.Namespace) -> int:
         out.write(f"{name}{marker}\n")
         if strategy.description:
             out.write(f"    {strategy.description.splitlines()[0]}\n")
+        if strategy.merges_fragments:
+            out.write("    merges fragments: chunks under chunking.min_tokens are packed with their neighbours\n")
         for parameter, type_name, value in strategy.parameters():
             out.write(f"    chunking.{name}.{parameter}: {type_name} = {value!r}\n")
         out.write("\n")

@@ -23,6 +23,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 import chunkline
+from chunkline.context import ChunkContext
 from chunkline.record import CHUNK_UUID_NAMESPACE
 from chunkline.tokenizers import counter_for, get_token_counter
 
@@ -41,6 +42,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 FIXTURES = Path(__file__).parent / "fixtures" / "markdown"
 
 # Chunk boundaries in CJK prose may follow a full stop without any whitespace after it.
+_NON_SPACE = re.compile(r"\S")
 _CJK_SENTENCE_END = re.compile(r"[\u3002\uff01\uff1f][\"'\u2019\u201d)\]]*\Z")
 
 
@@ -224,6 +226,51 @@ def assert_invariants(
     assert covered == len(text)
     assert chunkline.reconstruct(chunks) == text
     assert chunkline.reconstruct(list(reversed(chunks))) == text
+
+
+def only_headings_or_front_matter(text: str, start: int, end: int) -> bool:
+    """Whether ``text[start:end]`` has text, all of it in heading lines and front matter (from the parse)."""
+    document = chunkline.parse_markdown(text)
+    covered = [(heading.start_char, heading.end_char) for heading in document.headings]
+    if document.front_matter is not None:
+        covered.append((0, document.front_matter.end_char))
+    found = False
+    for match in _NON_SPACE.finditer(text, start, end):
+        if not any(low <= match.start() < high for low, high in covered):
+            return False
+        found = True
+    return found
+
+
+def assert_no_fragment_could_have_merged(text: str, chunks, config: chunkline.ChunkConfig) -> None:
+    """Every chunk under min_tokens, or of headings or front matter only, is the whole document or could
+    not have joined either neighbour within the budget (or is cut off from it by a gap)."""
+    counter = counter_for(config)
+    if len(chunks) == 1 or config.effective_min_tokens == 0:  # the whole document, or the pass is off
+        return
+    size_target = chunkline.get_strategy(config.strategy).size_target
+    context = ChunkContext(chunkline.parse_markdown(text), config, counter)
+
+    budget = context.max_tokens  # the chunk's token budget, as the engine gives it to the strategy
+
+    def fits(start: int, end: int, joins_heading: bool) -> bool:
+        within_target = size_target is None or size_target(context, start, end, joins_heading)
+        return within_target and counter.count(text[start:end]) <= budget
+
+    for number, chunk in enumerate(chunks):
+        small = chunk.token_count < config.effective_min_tokens
+        joins_heading = only_headings_or_front_matter(text, chunk.start_char, chunk.end_char)
+        if not small and not joins_heading:
+            continue
+        where = f"chunk {number} {chunk.text!r} ({chunk.token_count} tokens)"
+        if number + 1 < len(chunks):
+            following = chunks[number + 1]
+            if following.start_char <= chunk.end_char:
+                assert not fits(chunk.start_char, following.end_char, joins_heading), f"{where} fits with the next"
+        if number > 0:
+            previous = chunks[number - 1]
+            if chunk.start_char <= previous.end_char:
+                assert not fits(previous.start_char, chunk.end_char, joins_heading), f"{where} fits with the previous"
 
 
 def cut_positions(chunks) -> list[int]:

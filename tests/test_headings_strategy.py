@@ -18,11 +18,17 @@ import chunkline
 from chunkline import ChunkConfig, chunk_markdown, parse_markdown
 from chunkline.engine import span_budget
 
+#: The heading split alone: small sections are not packed together (``min_tokens: 0``), so that the tests
+#: of the split see one chunk per section, as mdvdb makes them.
+HEADING_SPLIT = ChunkConfig(min_tokens=0)
+
 
 def headings_config(**params) -> ChunkConfig:
-    """The default config with ``chunking.headings`` parameters (and max/overlap tokens) set."""
-    common = {key: params.pop(key) for key in ("max_tokens", "overlap_tokens", "embed_context") if key in params}
-    return ChunkConfig.from_dict({**common, "headings": params})
+    """The default config with ``chunking.headings`` parameters (and max/overlap/min tokens, embed_context) set;
+    the heading split alone (``min_tokens: 0``) unless ``min_tokens`` is given."""
+    keys = ("max_tokens", "overlap_tokens", "min_tokens", "embed_context")
+    common = {key: params.pop(key) for key in keys if key in params}
+    return ChunkConfig.from_dict({"min_tokens": 0, **common, "headings": params})
 
 
 def paths(chunks) -> list[list[str]]:
@@ -46,7 +52,7 @@ def api_reference_section(sentences: int = 100) -> str:
 
 def test_mdvdb_setup_example_gives_three_chunks_with_heading_paths(read_fixture):
     text = read_fixture("mdvdb_setup.md")
-    chunks = chunk_markdown(text, doc_id="docs/setup.md")
+    chunks = chunk_markdown(text, HEADING_SPLIT, doc_id="docs/setup.md")
 
     assert paths(chunks) == [["Installation"], ["Installation", "From Source"], ["Installation", "Using Docker"]]
     assert [chunk.chunk_id for chunk in chunks] == ["docs/setup.md#0", "docs/setup.md#1", "docs/setup.md#2"]
@@ -63,7 +69,7 @@ def test_mdvdb_setup_example_gives_three_chunks_with_heading_paths(read_fixture)
 
 def test_mdvdb_heading_hierarchy_pops_the_stack_at_same_or_higher_level(read_fixture):
     text = read_fixture("mdvdb_heading_hierarchy.md")
-    chunks = chunk_markdown(text)
+    chunks = chunk_markdown(text, HEADING_SPLIT)
 
     assert paths(chunks) == [
         ["Getting Started"],
@@ -84,7 +90,7 @@ def test_mdvdb_heading_hierarchy_pops_the_stack_at_same_or_higher_level(read_fix
 
 def test_preamble_before_first_heading_is_chunk_zero_with_empty_path(read_fixture):
     text = read_fixture("preamble_then_sections.md")
-    chunks = chunk_markdown(text, doc_id="notes.md")
+    chunks = chunk_markdown(text, HEADING_SPLIT, doc_id="notes.md")
 
     assert paths(chunks) == [[], ["First Section"], ["Second Section"]]
     assert chunks[0].text == "This is preamble text.\n\n"
@@ -129,7 +135,7 @@ def test_empty_file_is_exactly_one_empty_chunk(read_fixture):
 
 def test_hash_lines_in_fences_indented_code_and_html_are_not_headings(read_fixture):
     text = read_fixture("hash_lines_in_code_and_html.md")
-    chunks = chunk_markdown(text)
+    chunks = chunk_markdown(text, HEADING_SPLIT)
 
     assert paths(chunks) == [["Real heading"], ["Real heading", "Second real heading"]]
     first = chunks[0].text
@@ -148,7 +154,7 @@ def test_hash_lines_in_fences_indented_code_and_html_are_not_headings(read_fixtu
 
 def test_setext_headings_split_and_nest(read_fixture):
     text = read_fixture("setext_headings.md")
-    chunks = chunk_markdown(text)
+    chunks = chunk_markdown(text, HEADING_SPLIT)
 
     assert paths(chunks) == [["Project Title"], ["Project Title", "Usage"], ["Multi-line setext heading"]]
     assert chunks[1].text.startswith("Usage\n-----\n")
@@ -159,7 +165,7 @@ def test_setext_headings_split_and_nest(read_fixture):
 
 def test_headings_inside_block_quotes_and_list_items_do_not_split(read_fixture):
     text = read_fixture("headings_in_quotes_and_list_items.md")
-    chunks = chunk_markdown(text)
+    chunks = chunk_markdown(text, HEADING_SPLIT)
 
     assert paths(chunks) == [["Guide"], ["Guide", "Real subsection"]]
     assert "> # Quoted heading" in chunks[0].text
@@ -170,7 +176,7 @@ def test_headings_inside_block_quotes_and_list_items_do_not_split(read_fixture):
 
 def test_yaml_front_matter_is_a_preamble_and_not_headings(read_fixture):
     text = read_fixture("front_matter_yaml.md")
-    chunks = chunk_markdown(text)
+    chunks = chunk_markdown(text, HEADING_SPLIT)
 
     assert paths(chunks) == [[], ["Document Heading"]]
     assert chunks[0].text.startswith("---\ntitle: Front Matter Title\n")
@@ -180,7 +186,7 @@ def test_yaml_front_matter_is_a_preamble_and_not_headings(read_fixture):
 
 def test_heading_text_is_plain_text_without_inline_markup():
     text = "# The `chunk` API and *emphasis*\n\n## [Linked](https://example.com) **bold** title ##\n\nBody.\n"
-    chunks = chunk_markdown(text)
+    chunks = chunk_markdown(text, HEADING_SPLIT)
 
     assert paths(chunks) == [["The chunk API and emphasis"], ["The chunk API and emphasis", "Linked bold title"]]
 
@@ -212,7 +218,7 @@ def test_min_heading_level_merges_shallower_headings_into_the_preamble(read_fixt
 
 def test_every_level_splits_by_default(read_fixture):
     text = read_fixture("heading_levels_1_to_6.md")
-    chunks = chunk_markdown(text)
+    chunks = chunk_markdown(text, HEADING_SPLIT)
 
     assert [len(path) for path in paths(chunks)] == [1, 2, 3, 4, 5, 6, 2]
     assert paths(chunks)[5] == ["Level One", "Level Two", "Level Three", "Level Four", "Level Five", "Level Six"]
@@ -382,8 +388,8 @@ def test_ids_depend_on_doc_id_and_position_not_on_heading_text(read_fixture):
     text = read_fixture("mdvdb_setup.md")
     renamed = text.replace("## Using Docker", "## Using Containers")
 
-    before = chunk_markdown(text, doc_id="docs/setup.md")
-    after = chunk_markdown(renamed, doc_id="docs/setup.md")
+    before = chunk_markdown(text, HEADING_SPLIT, doc_id="docs/setup.md")
+    after = chunk_markdown(renamed, HEADING_SPLIT, doc_id="docs/setup.md")
     assert [c.chunk_uuid for c in before] == [c.chunk_uuid for c in after]
     assert [c.content_sha256 for c in before][:2] == [c.content_sha256 for c in after][:2]
     assert before[2].content_sha256 != after[2].content_sha256

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import tokenizers
-from conftest import FIXTURES, assert_invariants
+from conftest import FIXTURES, assert_invariants, assert_no_fragment_could_have_merged
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from markdown_grammar import markdown_documents
@@ -130,6 +130,30 @@ def check_strategy(name: str, text: str, tokenizer_file: str, max_tokens: int, o
         source_uri="file:///doc.md",
         over_limit_allowed=atomic_unit_over_the_limit,
     )
+    if get_strategy(name).merges_fragments:
+        assert_no_fragment_could_have_merged(text, chunks, config)
+
+
+#: The fixtures of small sections, lone headings and front matter that chunking.min_tokens packs.
+FRAGMENT_FIXTURES = [
+    "lone_heading_before_long_section.md",
+    "over_budget_section_under_front_matter.md",
+    "parent_heading_then_subsection.md",
+    "small_last_section.md",
+    "tiny_sections_in_a_row.md",
+    "title_after_front_matter.md",
+]
+
+
+@pytest.mark.parametrize("name", [name for name in STRATEGIES if get_strategy(name).merges_fragments])
+def test_fragments_are_packed_within_the_model_s_own_counts(name, tokenizer_file):
+    for fixture in FRAGMENT_FIXTURES:
+        text = (FIXTURES / fixture).read_text(encoding="utf-8")
+        for max_tokens, special in ((96, False), (160, True)):
+            try:
+                check_strategy(name, text, tokenizer_file, max_tokens, 12, special)
+            except AssertionError as error:
+                raise AssertionError(f"{name} on {fixture} ({max_tokens}): {error}") from error
 
 
 @pytest.mark.parametrize("special", [False, True], ids=["text-only", "with-special-tokens"])

@@ -23,6 +23,11 @@ SPAN_FIELDS = (
 )
 
 
+#: One chunk per section (small sections not packed together, ``min_tokens: 0``), so that the positions of
+#: several chunks of a short document are checked.
+PER_SECTION = ChunkConfig(min_tokens=0)
+
+
 def spans(chunks) -> list[tuple[int, ...]]:
     return [tuple(getattr(chunk, name) for name in SPAN_FIELDS) for chunk in chunks]
 
@@ -41,7 +46,7 @@ def test_crlf_fixture_keeps_its_crlf_bytes(read_fixture):
 
 def test_crlf_line_endings(read_fixture):
     text = read_fixture("crlf_line_endings.md")
-    chunks = chunk_markdown(text)
+    chunks = chunk_markdown(text, PER_SECTION)
 
     assert [chunk.heading_path for chunk in chunks] == [("Title",), ("Title", "Part")]
     # chunk 0: "# Title\r\n\r\nFirst paragraph.\r\n\r\n" (31 chars), its last "\n" is column 2 of line 4.
@@ -52,7 +57,7 @@ def test_crlf_line_endings(read_fixture):
 
 def test_cr_only_line_endings():
     text = "# One\ralpha\r# Two\rbeta"
-    chunks = chunk_markdown(text)
+    chunks = chunk_markdown(text, PER_SECTION)
 
     assert [chunk.heading_path for chunk in chunks] == [("One",), ("Two",)]
     assert spans(chunks) == [(0, 12, 0, 12, 1, 1, 2, 6), (12, 22, 12, 22, 3, 1, 4, 4)]
@@ -61,7 +66,7 @@ def test_cr_only_line_endings():
 
 def test_mixed_line_endings_and_lf_cr_is_two_breaks():
     text = "# A\r\nx\ry\n# B\n\rz"
-    chunks = chunk_markdown(text)
+    chunks = chunk_markdown(text, PER_SECTION)
 
     assert [chunk.text for chunk in chunks] == ["# A\r\nx\ry\n", "# B\n\rz"]
     # "x\r" is line 2, "y\n" line 3; "\n\r" ends line 4 and then line 5, so "z" is alone on line 6.
@@ -71,7 +76,7 @@ def test_mixed_line_endings_and_lf_cr_is_two_breaks():
 
 def test_byte_order_mark_is_one_character_of_three_bytes():
     text = "\ufeffintro\n# A\nx"
-    chunks = chunk_markdown(text)
+    chunks = chunk_markdown(text, PER_SECTION)
 
     assert [chunk.heading_path for chunk in chunks] == [(), ("A",)]
     assert spans(chunks) == [(0, 7, 0, 9, 1, 1, 1, 7), (7, 12, 9, 14, 2, 1, 3, 1)]
@@ -80,7 +85,7 @@ def test_byte_order_mark_is_one_character_of_three_bytes():
 
 def test_byte_order_mark_before_a_heading_does_not_hide_it():
     text = "\ufeff# Title\n\nBody.\n"
-    chunks = chunk_markdown(text)
+    chunks = chunk_markdown(text, PER_SECTION)
 
     assert [chunk.heading_path for chunk in chunks] == [("Title",)]
     assert spans(chunks) == [(0, 16, 0, 18, 1, 1, 3, 6)]
@@ -90,7 +95,7 @@ def test_byte_order_mark_before_a_heading_does_not_hide_it():
 
 def test_nul_bytes_are_kept_verbatim():
     text = "# A\n\x00text\x00\n# B\nz\x00"
-    chunks = chunk_markdown(text)
+    chunks = chunk_markdown(text, PER_SECTION)
 
     assert [chunk.text for chunk in chunks] == ["# A\n\x00text\x00\n", "# B\nz\x00"]
     assert spans(chunks) == [(0, 11, 0, 11, 1, 1, 2, 7), (11, 17, 11, 17, 3, 1, 4, 2)]
@@ -100,7 +105,7 @@ def test_nul_bytes_are_kept_verbatim():
 def test_emoji_with_zwj_sequences_and_skin_tones():
     family = "\U0001f468\u200d\U0001f469\u200d\U0001f467"  # 5 code points, 18 bytes
     text = f"# {family} Family\n\nWe \u2764\ufe0f docs \U0001f44d\U0001f3fd.\n## Next\nok\n"
-    chunks = chunk_markdown(text)
+    chunks = chunk_markdown(text, PER_SECTION)
 
     assert [chunk.heading_path for chunk in chunks] == [(f"{family} Family",), (f"{family} Family", "Next")]
     # line 1: 15 characters, 28 bytes; line 2: "\n"; line 3: 15 characters, 25 bytes.
@@ -110,7 +115,7 @@ def test_emoji_with_zwj_sequences_and_skin_tones():
 
 def test_cjk_text():
     text = "# 漢字\n中文\n## 小節\n内容。\n"
-    chunks = chunk_markdown(text)
+    chunks = chunk_markdown(text, PER_SECTION)
 
     assert [chunk.heading_path for chunk in chunks] == [("漢字",), ("漢字", "小節")]
     assert spans(chunks) == [(0, 8, 0, 16, 1, 1, 2, 3), (8, 18, 16, 36, 3, 1, 4, 4)]
@@ -119,7 +124,7 @@ def test_cjk_text():
 
 def test_combining_marks_count_as_their_own_characters():
     text = "# Cafe\u0301\n\nn\u0303o\n"
-    chunks = chunk_markdown(text)
+    chunks = chunk_markdown(text, PER_SECTION)
 
     assert [chunk.heading_path for chunk in chunks] == [("Cafe\u0301",)]
     assert spans(chunks) == [(0, 13, 0, 15, 1, 1, 3, 4)]
@@ -128,7 +133,7 @@ def test_combining_marks_count_as_their_own_characters():
 
 def test_line_separator_next_line_and_form_feed_are_not_line_breaks():
     text = "a\u2028b\x85c\x0cd\n# H\nx"
-    chunks = chunk_markdown(text)
+    chunks = chunk_markdown(text, PER_SECTION)
 
     assert [chunk.text for chunk in chunks] == ["a\u2028b\x85c\x0cd\n", "# H\nx"]
     assert spans(chunks) == [(0, 8, 0, 11, 1, 1, 1, 8), (8, 13, 11, 16, 2, 1, 3, 1)]
@@ -137,7 +142,7 @@ def test_line_separator_next_line_and_form_feed_are_not_line_breaks():
 
 def test_hash_after_non_breaking_line_separators_is_not_a_heading():
     text = "intro\u2028# not a heading\x85# nor this\x0c# nor this\n"
-    chunks = chunk_markdown(text)
+    chunks = chunk_markdown(text, PER_SECTION)
 
     assert [(chunk.text, chunk.heading_path) for chunk in chunks] == [(text, ())]
     assert (chunks[0].end_line, chunks[0].end_column) == (1, len(text))
@@ -145,7 +150,7 @@ def test_hash_after_non_breaking_line_separators_is_not_a_heading():
 
 def test_tabs_are_one_column_and_tab_indented_hash_is_code():
     text = "#\tTabbed heading\n\n\tcode # x\n\n\t# not a heading\n\ta\tb\n"
-    chunks = chunk_markdown(text)
+    chunks = chunk_markdown(text, PER_SECTION)
 
     assert [chunk.heading_path for chunk in chunks] == [("Tabbed heading",)]
     assert spans(chunks) == [(0, len(text), 0, len(text), 1, 1, 6, 5)]

@@ -21,8 +21,15 @@ from chunkline.tokenizers import get_token_counter
 def budgets(draw, sub_split: str) -> ChunkConfig:
     max_tokens = draw(st.integers(8, 300))
     overlap_tokens = draw(st.integers(0, max_tokens - 1))
+    # The heading split alone (``min_tokens: 0``): tests/test_fragments.py holds the packing of small
+    # sections to its own properties.
     return ChunkConfig.from_dict(
-        {"max_tokens": max_tokens, "overlap_tokens": overlap_tokens, "headings": {"sub_split": sub_split}}
+        {
+            "max_tokens": max_tokens,
+            "overlap_tokens": overlap_tokens,
+            "min_tokens": 0,
+            "headings": {"sub_split": sub_split},
+        }
     )
 
 
@@ -86,6 +93,7 @@ def test_window_sub_split_keeps_every_invariant(text, config):
             {
                 "max_tokens": max_tokens,
                 "overlap_tokens": max_tokens // 5,
+                "min_tokens": 0,  # every heading in range starts a chunk: no packing of small sections
                 "headings": {
                     "min_heading_level": min(levels),
                     "max_heading_level": max(levels),

@@ -77,7 +77,10 @@ If `rustc --version` prints nothing, open a new terminal. 日本語のテキス�
 
 
 def blocks_config(**params) -> ChunkConfig:
-    common = {key: params.pop(key) for key in ("max_tokens",) if key in params}
+    """``blocks`` with these parameters, packing atoms by itself (``min_tokens: 0``, no fragment merging)
+    unless ``min_tokens`` is given."""
+    common = {key: params.pop(key) for key in ("max_tokens", "min_tokens") if key in params}
+    common.setdefault("min_tokens", 0)
     return ChunkConfig(strategy="blocks", params=BlocksParams(**params), overlap_tokens=0, **common)
 
 
@@ -136,7 +139,7 @@ def test_empty_and_blank_documents():
 
 
 def test_every_heading_starts_a_chunk_with_its_path(check_invariants):
-    config = ChunkConfig(strategy="blocks")
+    config = ChunkConfig(strategy="blocks", min_tokens=0)
     chunks = chunk_markdown(GUIDE, config)
     check_invariants(GUIDE, chunks, config)
     assert_partition(GUIDE, chunks)

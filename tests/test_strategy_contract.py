@@ -5,7 +5,9 @@ Every strategy in the registry — built in, or installed by another package thr
 fixtures, on the sample corpus and on generated markdown, and must keep PRODUCT.md's invariants:
 verbatim slices and exact reconstruction, exact positions and token counts, the token limit (unless the
 strategy declares a soft bound and the chunk is one such atomic unit), protected blocks that fit kept
-whole (for strategies that keep blocks whole), and the same chunks every time.
+whole (for strategies that keep blocks whole), and the same chunks every time. A strategy that declares
+``merges_fragments`` also leaves no chunk under ``min_tokens`` (and none of headings or front matter
+only) that could have joined a neighbour, and gives its own chunks with ``min_tokens: 0``.
 """
 
 from __future__ import annotations
@@ -13,7 +15,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, assert_invariants, assert_protected_blocks_whole, exact_token_count
+from conftest import (
+    FIXTURES,
+    assert_invariants,
+    assert_no_fragment_could_have_merged,
+    assert_protected_blocks_whole,
+    exact_token_count,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from markdown_grammar import markdown_documents
@@ -24,13 +32,15 @@ from chunkline.tokenizers import get_token_counter
 SAMPLE_CORPUS = Path(__file__).resolve().parents[1] / "sample_corpus"
 DOCUMENTS = sorted(FIXTURES.glob("*.md")) + sorted(SAMPLE_CORPUS.rglob("*.md"))
 STRATEGIES = available_strategies()
+MERGING = [name for name in STRATEGIES if get_strategy(name).merges_fragments]
 
 
-def config_for(name: str, max_tokens: int, overlap_tokens: int) -> ChunkConfig:
+def config_for(name: str, max_tokens: int, overlap_tokens: int, min_tokens: int | None = None) -> ChunkConfig:
     return ChunkConfig(
         strategy=name,
         max_tokens=max_tokens,
         overlap_tokens=overlap_tokens,
+        min_tokens=min_tokens,
         params=get_strategy(name).default_params(),
     )
 
@@ -62,8 +72,8 @@ def soft_limit_check(name: str, text: str, max_tokens: int):
     return allowed
 
 
-def check_strategy(name: str, text: str, max_tokens: int, overlap_tokens: int) -> None:
-    config = config_for(name, max_tokens, overlap_tokens)
+def check_strategy(name: str, text: str, max_tokens: int, overlap_tokens: int, min_tokens: int | None = None) -> None:
+    config = config_for(name, max_tokens, overlap_tokens, min_tokens)
     chunks = chunk_markdown(text, config, doc_id="doc.md", source_uri="file:///doc.md")
     assert_invariants(
         text,
@@ -75,6 +85,8 @@ def check_strategy(name: str, text: str, max_tokens: int, overlap_tokens: int) -
     )
     if get_strategy(name).keeps_blocks_whole:
         assert_protected_blocks_whole(text, chunks, max_tokens, get_token_counter())
+    if get_strategy(name).merges_fragments:
+        assert_no_fragment_could_have_merged(text, chunks, config)
     assert chunk_markdown(text, config, doc_id="doc.md", source_uri="file:///doc.md") == chunks
 
 
@@ -96,6 +108,36 @@ def test_strategy_keeps_the_contract_on_fixtures_and_the_sample_corpus(name, max
             raise AssertionError(f"{name} on {path.name} ({max_tokens}/{overlap_tokens}): {error}") from error
 
 
+@pytest.mark.parametrize("name", MERGING)
+@pytest.mark.parametrize("max_tokens, overlap_tokens, min_tokens", [(64, 8, 32), (512, 50, 128)])
+def test_strategy_that_merges_fragments_keeps_the_contract_at_other_min_tokens(
+    name, max_tokens, overlap_tokens, min_tokens
+):
+    for path in DOCUMENTS:
+        text = path.read_bytes().decode("utf-8")
+        try:
+            check_strategy(name, text, max_tokens, overlap_tokens, min_tokens)
+        except AssertionError as error:
+            raise AssertionError(
+                f"{name} on {path.name} ({max_tokens}/{overlap_tokens}/{min_tokens}): {error}"
+            ) from error
+
+
+@pytest.mark.parametrize("name", MERGING)
+def test_strategy_that_merges_fragments_gives_its_own_chunks_with_min_tokens_zero(name):
+    from chunkline.context import ChunkContext
+    from chunkline.engine import build_chunks
+    from chunkline.tokenizers import counter_for
+
+    for path in DOCUMENTS:
+        text = path.read_bytes().decode("utf-8")
+        config = config_for(name, 64, 8, min_tokens=0)
+        document = parse_markdown(text)
+        counter = counter_for(config)
+        own = build_chunks(document, get_strategy(name).run(ChunkContext(document, config, counter)), name, counter)
+        assert chunk_markdown(text, config) == own, path.name
+
+
 @pytest.mark.parametrize("name", STRATEGIES)
 def test_strategy_keeps_the_contract_on_an_empty_document(name):
     chunks = chunk_markdown("", config_for(name, 64, 8))
@@ -104,9 +146,14 @@ def test_strategy_keeps_the_contract_on_an_empty_document(name):
 
 @pytest.mark.parametrize("name", STRATEGIES)
 @settings(max_examples=60)
-@given(text=markdown_documents(), max_tokens=st.integers(64, 300), overlap_share=st.floats(0, 0.5))
-def test_strategy_keeps_the_contract_on_generated_markdown(name, text, max_tokens, overlap_share):
-    check_strategy(name, text, max_tokens, int(max_tokens * overlap_share))
+@given(
+    text=markdown_documents(),
+    max_tokens=st.integers(64, 300),
+    overlap_share=st.floats(0, 0.5),
+    min_tokens=st.one_of(st.none(), st.integers(0, 63)),
+)
+def test_strategy_keeps_the_contract_on_generated_markdown(name, text, max_tokens, overlap_share, min_tokens):
+    check_strategy(name, text, max_tokens, int(max_tokens * overlap_share), min_tokens)
 
 
 #: Surrogate code points as a Python string can hold them (from ``chr``, JSON or an API, never from

@@ -85,7 +85,10 @@ Still nothing? Check the path, then the profile, then the installer's log.
 
 
 def scored_config(**params) -> ChunkConfig:
-    common = {key: params.pop(key) for key in ("max_tokens", "overlap_tokens") if key in params}
+    """``scored`` with these parameters, cutting by itself (``min_tokens: 0``, no fragment merging after
+    it) unless ``min_tokens`` is given."""
+    common = {key: params.pop(key) for key in ("max_tokens", "overlap_tokens", "min_tokens") if key in params}
+    common.setdefault("min_tokens", 0)
     return ChunkConfig(strategy="scored", params=ScoredParams(**params), **common)
 
 

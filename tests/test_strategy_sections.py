@@ -43,7 +43,9 @@ Press Ctrl+C.
 """
 
 
-def config_for(max_tokens: int, **params) -> ChunkConfig:
+def config_for(max_tokens: int, min_tokens: int = 0, **params) -> ChunkConfig:
+    """``sections`` with these parameters, packing sections by itself (``min_tokens: 0``, no fragment
+    merging after it) unless ``min_tokens`` is given."""
     return ChunkConfig.from_dict(
         # The strategy's own packing at the whole budget: no embed_text context takes a share of it.
         {
@@ -51,6 +53,7 @@ def config_for(max_tokens: int, **params) -> ChunkConfig:
             "max_tokens": max_tokens,
             "overlap_tokens": 0,
             "embed_context": "none",
+            "min_tokens": min_tokens,
             "sections": params,
         }
     )

@@ -43,7 +43,9 @@ def test_windows_advance_by_max_minus_overlap_tokens():
 
 
 def test_docforge_headings_versus_size_example():
-    headings = chunk_markdown(PRODUCT_GUIDE, ChunkConfig(strategy="headings", max_tokens=512, overlap_tokens=64))
+    # DocForge's headings strategy makes one chunk per section: no packing of small ones (min_tokens 0).
+    docforge_headings = ChunkConfig(strategy="headings", max_tokens=512, overlap_tokens=64, min_tokens=0)
+    headings = chunk_markdown(PRODUCT_GUIDE, docforge_headings)
     size = chunk_markdown(PRODUCT_GUIDE, ChunkConfig(strategy="tokens", max_tokens=512, overlap_tokens=64))
     overview = [chunk for chunk in headings if chunk.heading_path == ("Product Guide", "Overview")]
     details = [chunk for chunk in headings if chunk.heading_path == ("Product Guide", "Details")]

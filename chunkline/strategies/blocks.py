@@ -271,7 +271,20 @@ class _BlocksChunker:
         return spans or [ChunkSpan(0, 0, (), False, 0)]
 
 
-@register_strategy("blocks", BlocksParams, soft_limit_kinds=SOFT_LIMIT_KINDS)
+def within_max_bytes(context: ChunkContext, start_char: int, end_char: int, joins_heading: bool = False) -> bool:
+    """Whether ``[start_char, end_char)`` keeps the ``max_bytes`` target (always, with ``target: tokens``).
+    The target is soft: a heading (or front matter) joining its neighbour may go past it."""
+    params: BlocksParams = context.params
+    if joins_heading or params.target == "tokens" or 4 * (end_char - start_char) <= params.max_bytes:
+        return True  # a character is at most 4 bytes
+    if end_char - start_char > params.max_bytes:
+        return False
+    return len(context.text[start_char:end_char].encode("utf-8", "surrogatepass")) <= params.max_bytes
+
+
+@register_strategy(
+    "blocks", BlocksParams, soft_limit_kinds=SOFT_LIMIT_KINDS, merges_fragments=True, size_target=within_max_bytes
+)
 def chunk_blocks(context: ChunkContext) -> list[ChunkSpan]:
     """Whole blocks (paragraphs, code, list items, tables) packed to a soft size; a chunk per heading.
 

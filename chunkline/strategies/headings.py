@@ -53,7 +53,7 @@ class HeadingsParams:
             raise ValueError(f"sub_split must be 'boundaries' or 'window', got {self.sub_split!r}")
 
 
-@register_strategy("headings", HeadingsParams)
+@register_strategy("headings", HeadingsParams, merges_fragments=True)
 def chunk_by_headings(context: ChunkContext) -> list[ChunkSpan]:
     """Split at headings (levels min..max) with a heading path; sections over max_tokens are sub-split."""
     params: HeadingsParams = context.params

@@ -473,7 +473,14 @@ class _ScoredChunker:
                 start = cut
 
 
-@register_strategy("scored", ScoredParams)
+def within_max_chars(context: ChunkContext, start_char: int, end_char: int, joins_heading: bool = False) -> bool:
+    """Whether ``[start_char, end_char)`` keeps character mode's ``max_chars`` (always, in token mode): a
+    limit every chunk keeps, a heading joining its text included."""
+    params: ScoredParams = context.params
+    return params.mode == "tokens" or end_char - start_char <= params.max_chars
+
+
+@register_strategy("scored", ScoredParams, merges_fragments=True, size_target=within_max_chars)
 def chunk_scored(context: ChunkContext) -> list[ChunkSpan]:
     """QMD smart chunking: cuts at the best-scored break point before max_chars or max_tokens.
 

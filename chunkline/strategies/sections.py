@@ -91,7 +91,7 @@ class CustomHeading:
     text: str
 
 
-@register_strategy("sections", SectionsParams)
+@register_strategy("sections", SectionsParams, merges_fragments=True)
 def chunk_by_sections(context: ChunkContext) -> list[ChunkSpan]:
     """Sections packed whole within max_tokens; sections over it split at paragraph boundaries."""
     params: SectionsParams = context.params

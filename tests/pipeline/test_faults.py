@@ -89,7 +89,9 @@ def test_a_strategy_that_raises_on_the_third_document_gives_one_error_row_and_th
         return headings.chunk(document, config, counter)
 
     name = "test-fails-on-third-document"
-    strategy = registry_module.Strategy(name, HeadingsParams, fails_on_the_third_document, "fails once")
+    strategy = registry_module.Strategy(
+        name, HeadingsParams, fails_on_the_third_document, "fails once", merges_fragments=True
+    )
     monkeypatch.setitem(registry_module._registry, name, strategy)
 
     summary = run([root], tmp_path / "out", f"chunking.strategy={name}")

@@ -67,7 +67,7 @@ def test_an_incremental_run_carries_such_a_file_over_and_sees_its_edit(named, tm
     edited = run([named], output)
     assert edited.rebuild["mode"] == "incremental" and edited.rebuild["documents_chunked"] == 1
     assert edited.changes["changed"] == 1 and edited.changes["deleted"] == 0
-    assert rows_by_doc(output, "chunks")["caf%E9.md"][-1]["heading_path"] == ["Café menu", "Hours"]
+    assert rows_by_doc(output, "chunks")["caf%E9.md"][-1]["text"].endswith("## Hours\n\nSeven to noon.\n")
 
 
 def test_chunk_command_names_such_a_file_as_run_does(named, capsys):

@@ -321,11 +321,11 @@ def test_read_dataset_of_memory_output_without_reference_run(memory_fs):
     table = read_dataset("memory://ds", "chunks", columns=["doc_id", "chunk_index", "heading_path"])
     assert sorted(zip(table.column("doc_id").to_pylist(), table.column("chunk_index").to_pylist())) == [
         ("deep/two.md", 0),
-        ("deep/two.md", 1),
         ("one.md", 0),
     ]
     paths = dict(zip(table.column("doc_id").to_pylist(), table.column("heading_path").to_pylist()))
     assert paths["one.md"] == ["One"]
+    assert paths["deep/two.md"] == ["Two"]  # "## Part" is packed with its parent heading, the shared path
 
 
 def _zip(path: Path, members: dict[str, bytes]) -> str:
