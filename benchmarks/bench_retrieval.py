@@ -110,7 +110,8 @@ where it has a token overlap setting, 50 tokens of overlap (``--overlap-tokens``
     setting. Offsets from ``start_index`` (checked).
 ``window 200`` / ``window 400`` / ``window 800``
     Plain token windows without overlap, Chroma's fixed-size baselines: chunkline's ``tokens`` strategy
-    with ``max_tokens`` 200/400/800 and ``overlap_tokens`` 0, indexed by the verbatim text (no ``--set``).
+    with ``max_tokens`` 200/400/800, ``overlap_tokens`` 0 and ``embed_context: none``, indexed by the verbatim
+    text (no ``--set``).
 
 The tokenizers load without a network (chunkline's offline ``cl100k_base``, registered with tiktoken so
 that LangChain's ``from_tiktoken_encoder`` finds it; semantic-text-splitter's tiktoken-rs bundles its own).
@@ -658,7 +659,8 @@ def build_systems(args: argparse.Namespace) -> tuple[list[System], list[str]]:
     candidates.append(("langchain", lambda: langchain_systems(args.chunk_tokens, args.overlap_tokens)))
     candidates.append(("chonkie", lambda: chonkie_systems(args.chunk_tokens)))
     for tokens in WINDOW_TOKENS:
-        assignments = ["strategy=tokens", f"max_tokens={tokens}", "overlap_tokens=0"]
+        # Plain windows of exactly that many tokens: no embed_text context takes a share of them.
+        assignments = ["strategy=tokens", f"max_tokens={tokens}", "overlap_tokens=0", "embed_context=none"]
         chunkline_candidate(f"window {tokens}", assignments, index_by_evaluation_text=False)
 
     systems: list[System] = []

@@ -142,6 +142,8 @@ class EmbedText:
         max_tokens: int | None,
         template: str = DEFAULT_EMBED_CONTEXT,
         overlap_tokens: int = 0,
+        *,
+        doc_id: str = "",
     ):
         self.document = document
         self.counter = counter
@@ -149,8 +151,9 @@ class EmbedText:
         """No ``embed_text`` has more tokens than this; ``None`` for no limit."""
         self.overlap_tokens = overlap_tokens
         self.template = None if context_is_off(template) else template
-        self.title = document.title or ""
-        """The front matter's ``title`` when it is a non-empty string, else the first H1's text, else ``""``."""
+        self.title = document.title or title_from_doc_id(doc_id)
+        """The front matter's ``title`` when it is a non-empty string, else the first H1's text, else the
+        words of the file's name (:func:`title_from_doc_id`), else ``""``."""
         self._title_part = " ".join(self.title.split())
         self.offsets: TokenOffsets | None = None
         """The document's token offsets, when the reserve needed them."""
@@ -538,6 +541,29 @@ def heading_paths_of(sections: Sequence[Section] | None, document: MarkdownDocum
     return paths
 
 
-def embed_text_for(document: MarkdownDocument, config: Any, counter: TokenCounter) -> EmbedText:
-    """The :class:`EmbedText` of ``document`` under the ``chunking`` config ``config``."""
-    return EmbedText(document, counter, config.max_tokens, config.embed_context, config.overlap_tokens)
+def embed_text_for(document: MarkdownDocument, config: Any, counter: TokenCounter, doc_id: str = "") -> EmbedText:
+    """The :class:`EmbedText` of the document ``doc_id`` under the ``chunking`` config ``config``."""
+    return EmbedText(document, counter, config.max_tokens, config.embed_context, config.overlap_tokens, doc_id=doc_id)
+
+
+#: File names that name a folder's page rather than a topic: their folder's name is the title.
+_FOLDER_PAGE_NAMES = frozenset({"index", "_index", "readme"})
+_NAME_SEPARATORS = re.compile(r"[-_.\s]+")
+
+
+def title_from_doc_id(doc_id: str) -> str:
+    """The title a file's name gives a document without a front matter title or an H1: the words of its
+    name without the extension and without leading parts that hold digits (``rust-rfcs/0001-private-fields.md``
+    -> ``private fields``, ``ch03-02-data-types.md`` -> ``data types``); an ``index``, ``_index`` or ``README``
+    page takes its folder's name. ``""`` when nothing is left."""
+    parts = [part for part in doc_id.split("/") if part]
+    while parts:
+        name = parts.pop()
+        stem = name.rsplit(".", 1)[0] if "." in name.lstrip(".") else name
+        if stem.lower() in _FOLDER_PAGE_NAMES:
+            continue
+        words = [word for word in _NAME_SEPARATORS.split(stem) if word]
+        while words and any(character.isdigit() for character in words[0]):
+            words.pop(0)
+        return " ".join(words)
+    return ""

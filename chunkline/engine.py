@@ -63,7 +63,7 @@ def chunk_document(
     point into the file's bytes."""
     strategy = get_strategy(config.strategy)
     sections = sections_by_pattern(document, config.section_pattern) if config.section_pattern else None
-    embedding, reserve = _embedding_and_reserve(document, config, counter, strategy, sections)
+    embedding, reserve = _embedding_and_reserve(document, config, counter, strategy, sections, doc_id)
     context = _strategy_context(document, config, counter, strategy, reserve, embedding.offsets)
     spans = strategy.run(context)
     if not spans:
@@ -85,14 +85,16 @@ def chunk_document(
     )
 
 
-def span_budget(document: MarkdownDocument, config: ChunkConfig, counter: TokenCounter | None = None) -> int:
-    """The token budget the strategy chunks ``document`` to: ``config.max_tokens`` less the reserve for the
-    context of each chunk's ``embed_text`` (``config.max_tokens`` itself with ``embed_context: none`` and
-    no split table)."""
+def span_budget(
+    document: MarkdownDocument, config: ChunkConfig, counter: TokenCounter | None = None, *, doc_id: str = ""
+) -> int:
+    """The token budget the strategy chunks the document ``doc_id`` to: ``config.max_tokens`` less the reserve
+    for the context of each chunk's ``embed_text`` (``config.max_tokens`` itself with ``embed_context: none``
+    and no split table)."""
     counter = counter or counter_for(config)
     strategy = get_strategy(config.strategy)
     sections = sections_by_pattern(document, config.section_pattern) if config.section_pattern else None
-    return config.max_tokens - _embedding_and_reserve(document, config, counter, strategy, sections)[1]
+    return config.max_tokens - _embedding_and_reserve(document, config, counter, strategy, sections, doc_id)[1]
 
 
 def _embedding_and_reserve(
@@ -101,8 +103,9 @@ def _embedding_and_reserve(
     counter: TokenCounter,
     strategy: Strategy,
     sections: tuple[Section, ...] | None,
+    doc_id: str = "",
 ) -> tuple[EmbedText, int]:
-    embedding = embed_text_for(document, config, counter)
+    embedding = embed_text_for(document, config, counter, doc_id)
     return embedding, embedding.reserve(heading_paths_of(sections, document), strategy.keeps_blocks_whole)
 
 

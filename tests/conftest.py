@@ -24,6 +24,8 @@ from hypothesis import HealthCheck, settings
 
 import chunkline
 from chunkline.context import ChunkContext
+from chunkline.embed_text import title_from_doc_id
+from chunkline.engine import span_budget
 from chunkline.record import CHUNK_UUID_NAMESPACE
 from chunkline.tokenizers import counter_for, get_token_counter
 
@@ -88,12 +90,14 @@ def exact_token_count(counter, text: str) -> int:
     return len(counter.encoding.encode_ordinary(text))
 
 
-def reference_title(document) -> str:
-    """The front matter's non-empty ``title`` text, else the first level-1 heading's text, else ``""``."""
+def reference_title(document, doc_id: str = "") -> str:
+    """The front matter's non-empty ``title`` text, else the first level-1 heading's text, else the words of
+    the file's name (``title_from_doc_id``, held to its examples in test_embed_text.py), else ``""``."""
     data = document.front_matter.data if document.front_matter else None
     if isinstance(data, dict) and isinstance(data.get("title"), str) and data["title"].strip():
         return data["title"].strip()
-    return next((heading.heading_text for heading in document.headings if heading.heading_level == 1), "")
+    first_h1 = next((heading.heading_text for heading in document.headings if heading.heading_level == 1), "")
+    return first_h1 or title_from_doc_id(doc_id)
 
 
 _LEADING_BLANK_LINES = re.compile(r"\A(?:[^\S\r\n]*(?:\r\n|\r|\n))*")
@@ -181,7 +185,7 @@ def assert_invariants(
     assert chunks, "every document, even an empty one, has at least one chunk"
     positions = reference_positions(text)
     document = chunkline.parse_markdown(text)
-    title = reference_title(document)
+    title = reference_title(document, doc_id)
     front_matter_end = document.front_matter.end_char if document.front_matter else 0
 
     for number, chunk in enumerate(chunks):
@@ -249,9 +253,10 @@ def assert_no_fragment_could_have_merged(text: str, chunks, config: chunkline.Ch
     if len(chunks) == 1 or config.effective_min_tokens == 0:  # the whole document, or the pass is off
         return
     size_target = chunkline.get_strategy(config.strategy).size_target
-    context = ChunkContext(chunkline.parse_markdown(text), config, counter)
-
-    budget = context.max_tokens  # the chunk's token budget, as the engine gives it to the strategy
+    document = chunkline.parse_markdown(text)
+    # The chunk's token budget as the engine gives it to the strategy: max_tokens less the embed_text reserve.
+    budget = span_budget(document, config, counter, doc_id=chunks[0].doc_id)
+    context = ChunkContext(document, config, counter, max_tokens=budget)
 
     def fits(start: int, end: int, joins_heading: bool) -> bool:
         within_target = size_target is None or size_target(context, start, end, joins_heading)

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chunkline import ChunkConfig, ConfigError, chunk_markdown, load_chunk_config, parse_markdown
+from chunkline.embed_text import title_from_doc_id
 from chunkline.engine import span_budget
 from chunkline.tokenizers import get_token_counter
 
@@ -40,6 +41,9 @@ Check the dashboard each morning.
 
 
 def chunks_of(text: str, **settings) -> list:
+    """Chunks with ``settings``; one chunk per section (``min_tokens: 0``) unless ``min_tokens`` is given, so
+    that each section's own context line can be looked at."""
+    settings.setdefault("min_tokens", 0)
     config = ChunkConfig(**settings)
     chunks = chunk_markdown(text, config, doc_id="runbook.md")
     assert_invariants(text, chunks, config, doc_id="runbook.md")
@@ -66,11 +70,42 @@ def test_without_a_front_matter_title_the_first_h1_is_the_title():
     assert {chunk.title for chunk in chunks_of("---\ntitle: 42\n---\n# Gauges\n")} == {"Gauges"}
 
 
-def test_a_document_without_title_has_an_empty_title():
+def test_without_front_matter_title_or_h1_the_file_name_is_the_title():
     text = "```\n# not a heading\n```\n\n## Only a second level\n\nText.\n"
-    chunks = chunks_of(text)
-    assert {chunk.title for chunk in chunks} == {""}
-    assert by_path(chunks)[("Only a second level",)].embed_text.startswith("Only a second level\n\n## Only")
+    chunks = chunks_of(text)  # doc_id runbook.md
+    assert {chunk.title for chunk in chunks} == {"runbook"}
+    assert by_path(chunks)[("Only a second level",)].embed_text.startswith("runbook > Only a second level\n\n## Only")
+    untitled = chunk_markdown(text, ChunkConfig(min_tokens=0))  # no doc_id: no title at all
+    assert {chunk.title for chunk in untitled} == {""}
+    assert untitled[-1].embed_text.startswith("Only a second level\n\n## Only")
+
+
+@pytest.mark.parametrize(
+    ("doc_id", "title"),
+    [
+        ("rust-rfcs/0001-private-fields.md", "private fields"),
+        ("book/ch03-02-data-types.md", "data types"),
+        ("docs/install/_index.md", "install"),
+        ("guides/tides/README.md", "tides"),
+        ("README.md", ""),
+        ("appendix-01-keywords.md", "appendix 01 keywords"),
+        ("2024-01-05.md", ""),
+        ("notes/tide_gauge calibration.markdown", "tide gauge calibration"),
+    ],
+)
+def test_the_title_a_file_name_gives(doc_id, title):
+    assert title_from_doc_id(doc_id) == title
+    document = "Gauges are read every ten minutes.\n"
+    assert {chunk.title for chunk in chunk_markdown(document, doc_id=doc_id)} == {title}
+
+
+def test_with_the_default_packing_small_sections_share_one_context_line_and_the_front_matter_is_left_out():
+    chunks = chunks_of(RUNBOOK, min_tokens=None)
+    assert len(chunks) < 4 and chunks[0].start_char == 0
+    first = chunks[0]
+    assert first.heading_path == ("Harbour Telemetry",)
+    assert first.embed_text.startswith("Harbour Telemetry Runbook > Harbour Telemetry\n\n# Harbour Telemetry\n")
+    assert "owner: ops" in first.text and "owner: ops" not in first.embed_text
 
 
 # ---------------------------------------------------------------------------------- context line

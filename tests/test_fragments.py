@@ -20,7 +20,7 @@ from markdown_grammar import markdown_documents
 import chunkline
 from chunkline import ChunkConfig, chunk_markdown, get_strategy, parse_markdown
 from chunkline.context import ChunkContext
-from chunkline.engine import build_chunks
+from chunkline.engine import build_chunks, span_budget
 from chunkline.strategies.blocks import BlocksParams
 from chunkline.strategies.sections import SectionsParams
 from chunkline.tokenizers import counter_for, get_token_counter
@@ -187,12 +187,19 @@ def test_a_heading_before_a_block_that_only_fits_alone_stays_with_the_previous_s
 # --------------------------------------------------------------------------------------------------
 
 
-def strategy_chunks(text: str, config: ChunkConfig):
-    """The strategy's own chunks, built from its spans without any pass after it."""
+def strategy_chunks(text: str, config: ChunkConfig) -> list[tuple]:
+    """The strategy's own chunks, built from its spans without any pass after it (at the budget the engine
+    gives it: ``max_tokens`` less the embed_text reserve of the document ``doc.md``), as :func:`layout`."""
     document = parse_markdown(text)
     counter = counter_for(config)
-    spans = get_strategy(config.strategy).run(ChunkContext(document, config, counter))
-    return build_chunks(document, spans, config.strategy, counter, doc_id="doc.md")
+    budget = span_budget(document, config, counter, doc_id="doc.md")
+    spans = get_strategy(config.strategy).run(ChunkContext(document, config, counter, max_tokens=budget))
+    return layout(build_chunks(document, spans, config.strategy, counter, doc_id="doc.md"))
+
+
+def layout(chunks) -> list[tuple]:
+    """What the fragment pass decides of each chunk: its range, heading path, split flag and token count."""
+    return [(c.start_char, c.end_char, c.heading_path, c.is_sub_split, c.token_count) for c in chunks]
 
 
 @pytest.mark.parametrize("name", MERGING)
@@ -202,9 +209,9 @@ def test_min_tokens_zero_gives_the_strategy_s_own_chunks(name):
         text = path.read_bytes().decode("utf-8")
         for max_tokens in (64, 512):
             off = config_for(name, max_tokens=max_tokens, min_tokens=0, overlap_tokens=8)
-            assert chunk_markdown(text, off, doc_id="doc.md") == strategy_chunks(text, off), path.name
+            assert layout(chunk_markdown(text, off, doc_id="doc.md")) == strategy_chunks(text, off), path.name
             on = config_for(name, max_tokens=max_tokens, min_tokens=None, overlap_tokens=8)
-            changed += chunk_markdown(text, on, doc_id="doc.md") != strategy_chunks(text, on)
+            changed += layout(chunk_markdown(text, on, doc_id="doc.md")) != strategy_chunks(text, on)
     assert changed, "the default min_tokens changes some documents' chunks"
 
 
