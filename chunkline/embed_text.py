@@ -404,7 +404,7 @@ class EmbedText:
             chunk_text = text[start:end]
         body_start = start if start >= self._front_matter_end else self._front_matter_end
         if body_start < end and text[body_start].isspace():
-            body_start = min(after_blank_lines(text, body_start), end)
+            body_start = after_blank_lines(text, body_start, end)
         if body_start == start:
             body, body_count = chunk_text, token_count
         else:

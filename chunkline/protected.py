@@ -19,10 +19,10 @@ _LINE_BREAK = r"(?:\r\n|\r(?!\n)|\n)"  # \r\n is one break, never \r then \n
 _BLANK_LINES_AT = re.compile(rf"(?:[^\S\r\n]*{_LINE_BREAK})*")
 
 
-def after_blank_lines(text: str, line_start: int) -> int:
+def after_blank_lines(text: str, line_start: int, end: int | None = None) -> int:
     """The start of the first non-blank line at or after ``line_start`` (the unit boundary for the end of
-    a block, whose blank lines after it join it)."""
-    return _BLANK_LINES_AT.match(text, line_start).end()
+    a block, whose blank lines after it join it), looking no further than ``end``."""
+    return _BLANK_LINES_AT.match(text, line_start, len(text) if end is None else end).end()
 
 
 def fitting_protected_ranges(

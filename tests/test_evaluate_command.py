@@ -133,6 +133,7 @@ def test_table_output_names_every_config_and_retriever(capsys):
 #   b.md = "# Office\n\nThe office opens at seven.\n"
 #          b#0 = [0, 37)   "# Office\n" (9) + "\n" (1) + "The office opens at seven.\n" (27)
 #
+# One chunk per section, indexed by its text as is (min_tokens 0, embed_context none: HAND_CONFIG).
 # The budget is the three chunks' tokens minus one: every question gets exactly its two best chunks.
 # BM25 rankings (words of two letters or more, lowercase; "a" is no word):
 #   Q1 "When is the gauge zeroed against chart datum?": a#1 holds six of its words, b#0 only "the", a#0 none
@@ -156,6 +157,8 @@ TINY_QUESTIONS = [
     ("How often does the water come up?", [("a.md", 9, 38)]),
     ("When is the gauge zeroed?", [("a.md", 9, 88)]),
 ]
+HAND_SETTINGS = ("min_tokens=0", "embed_context=none")
+HAND_CONFIG = ChunkConfig(min_tokens=0, embed_context="none")
 HAND_RECALL = (1 + 1 + 1 + 48 / 79) / 4
 HAND_PRECISION = (26 / 87 + 55 / 77 + 29 / 77 + 48 / 87) / 4
 HAND_IOU = (26 / 87 + 55 / 77 + 29 / 77 + 48 / 118) / 4
@@ -181,7 +184,7 @@ def _tiny_case(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def test_figures_equal_a_hand_computation(capsys, tmp_path):
-    chunks = chunk_markdown(TINY_A, doc_id="a.md") + chunk_markdown(TINY_B, doc_id="b.md")
+    chunks = chunk_markdown(TINY_A, HAND_CONFIG, doc_id="a.md") + chunk_markdown(TINY_B, HAND_CONFIG, doc_id="b.md")
     assert [(c.doc_id, c.start_char, c.end_char) for c in chunks] == [
         ("a.md", 0, 40),
         ("a.md", 40, 90),
@@ -202,6 +205,7 @@ def test_figures_equal_a_hand_computation(capsys, tmp_path):
         str(budget),
         "--format",
         "json",
+        *(argument for setting in HAND_SETTINGS for argument in ("--set", setting)),
     )
     assert status == 0, err
     (row,) = json.loads(out)["results"]
@@ -227,8 +231,8 @@ def test_the_evaluation_api_gives_the_same_figures_per_question(tmp_path):
     corpus_path, questions_path = _tiny_case(tmp_path)
     corpus = read_corpus(load_input_config([str(corpus_path)], environ={}))
     questions = load_questions(str(questions_path))
-    budget = sum(chunk.token_count for text in (TINY_A, TINY_B) for chunk in chunk_markdown(text)) - 1
-    result = evaluate_configs(corpus, questions, {"default": ChunkConfig()}, budget_tokens=budget, retrievers=["bm25"])
+    budget = sum(chunk.token_count for text in (TINY_A, TINY_B) for chunk in chunk_markdown(text, HAND_CONFIG)) - 1
+    result = evaluate_configs(corpus, questions, {"hand": HAND_CONFIG}, budget_tokens=budget, retrievers=["bm25"])
     scores = result.results[0].per_question
     assert [score.recall for score in scores] == pytest.approx([1, 1, 1, 48 / 79])
     assert [score.precision for score in scores] == pytest.approx([26 / 87, 55 / 77, 29 / 77, 48 / 87])

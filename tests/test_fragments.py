@@ -308,9 +308,9 @@ def test_scored_keeps_its_chunks_and_only_packs_its_tail(read_fixture):
 # --------------------------------------------------------------------------------------------------
 
 
-def test_min_tokens_defaults_to_64_or_half_the_budget():
-    assert ChunkConfig().effective_min_tokens == 64
-    assert ChunkConfig(max_tokens=48, overlap_tokens=8).effective_min_tokens == 24
+def test_min_tokens_defaults_to_32_or_half_the_budget():
+    assert ChunkConfig().effective_min_tokens == 32
+    assert ChunkConfig(max_tokens=40, overlap_tokens=8).effective_min_tokens == 20
     assert ChunkConfig(min_tokens=0).effective_min_tokens == 0
     assert ChunkConfig(min_tokens=100).effective_min_tokens == 100
 
@@ -335,9 +335,9 @@ def test_min_tokens_comes_from_yaml_the_environment_and_set(tmp_path):
 
 
 def test_min_tokens_is_in_the_fingerprint_of_strategies_that_read_it():
-    assert ChunkConfig().fingerprint() == ChunkConfig(min_tokens=64).fingerprint()
-    assert ChunkConfig().fingerprint() != ChunkConfig(min_tokens=32).fingerprint()
-    assert '"min_tokens":64' in ChunkConfig().fingerprint()
+    assert ChunkConfig().fingerprint() == ChunkConfig(min_tokens=32).fingerprint()
+    assert ChunkConfig().fingerprint() != ChunkConfig(min_tokens=64).fingerprint()
+    assert '"min_tokens":32' in ChunkConfig().fingerprint()
     paragraphs = [ChunkConfig(strategy="paragraphs", min_tokens=value).fingerprint() for value in (None, 0, 100)]
     assert len(set(paragraphs)) == 1 and "min_tokens" not in paragraphs[0]
 

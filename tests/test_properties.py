@@ -38,13 +38,13 @@ def budgets(draw, sub_split: str) -> ChunkConfig:
 # ------------------------------------------------------------------------------------------------
 
 
-def assert_heading_split_matches_sections(text: str, chunks, config: ChunkConfig) -> None:
+def assert_heading_split_matches_sections(text: str, chunks, config: ChunkConfig, doc_id: str = "") -> None:
     """With every heading level splitting, each section is one chunk when it fits, or several sub-split
     chunks covering exactly that section when it does not; every chunk carries its section's path."""
     counter = get_token_counter(config.tokenizer)
     document = parse_markdown(text)
     # The strategy's budget: max_tokens less what the embed_text context of each chunk takes.
-    budget = span_budget(document, config)
+    budget = span_budget(document, config, doc_id=doc_id)
     expected_paths = heading_paths_of_sections(document)
     for chunk in chunks:
         assert chunk.heading_path == expected_paths[chunk.section_index], chunk.chunk_index
@@ -72,7 +72,7 @@ def test_boundary_sub_split_keeps_every_invariant(text, config):
     chunks = chunk_markdown(text, config, doc_id="docs/generated.md")
 
     assert_invariants(text, chunks, config, doc_id="docs/generated.md")
-    assert_heading_split_matches_sections(text, chunks, config)
+    assert_heading_split_matches_sections(text, chunks, config, "docs/generated.md")
     assert_protected_blocks_whole(text, chunks, config.max_tokens, get_token_counter(config.tokenizer))
 
 
@@ -82,7 +82,7 @@ def test_window_sub_split_keeps_every_invariant(text, config):
     chunks = chunk_markdown(text, config, doc_id="docs/generated.md")
 
     assert_invariants(text, chunks, config, doc_id="docs/generated.md")
-    assert_heading_split_matches_sections(text, chunks, config)
+    assert_heading_split_matches_sections(text, chunks, config, "docs/generated.md")
 
 
 @settings(max_examples=150)
