@@ -16,7 +16,7 @@ import matplotlib
 import matplotlib.style
 from matplotlib.figure import Figure
 
-from chunkline.pipelines.report import _CSS, _STYLE, _e, _image, _json_for_script, _new_axes, _number, _short
+from chunkline.pipelines.report import _STYLE, _e, _image, _new_axes, _number, _short, html_page
 
 __all__ = ["render_evaluation_report", "metric_figure"]
 
@@ -118,16 +118,7 @@ def render_evaluation_report(data: dict[str, Any], title: str = "chunkline evalu
     ]
     card_html = "".join(f'<div class="card"><b>{value}</b><span>{_e(label)}</span></div>' for value, label in cards)
     embedder = data.get("embedder") or "not used"
-    return f"""<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{_e(title)}</title>
-<style>{_CSS}</style>
-</head>
-<body>
-<h1>{_e(title)}</h1>
+    body = f"""<h1>{_e(title)}</h1>
 <p class="url">embedder: {_e(embedder)}; lexical baseline: BM25 (bm25s)</p>
 <section id="summary">
 <h2>Summary</h2>
@@ -156,7 +147,5 @@ missed; it rewards chunks that hold the answer and little else.</figcaption>
 <h2>Configs</h2>
 {_configs_html(data["configs"])}
 </section>
-<script type="application/json" id="report-data">{_json_for_script(data)}</script>
-</body>
-</html>
 """
+    return html_page(title, body, data)

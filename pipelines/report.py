@@ -40,6 +40,7 @@ __all__ = [
     "save_html",
     "collect_report_data",
     "render_html_report",
+    "html_page",
     "token_histogram_bins",
     "chunks_per_document",
     "heading_depth_counts",
@@ -403,6 +404,24 @@ def _errors_html(rows: Sequence[dict[str, Any]], total: int) -> str:
     )
 
 
+def html_page(title: str, body: str, data: Any) -> str:
+    """A self-contained HTML page: ``title``, the inline styles, ``body``, and ``data`` as JSON in
+    ``<script type="application/json" id="report-data">`` for whoever reads the page with a script."""
+    return f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{_e(title)}</title>
+<style>{_CSS}</style>
+</head>
+<body>
+{body}<script type="application/json" id="report-data">{_json_for_script(data)}</script>
+</body>
+</html>
+"""
+
+
 def _json_for_script(data: Any) -> str:
     # Inside <script> a "</script>" in a doc_id would end the element: "<", ">" and "&" are written as
     # JSON escapes, which any JSON parser reads back as the same characters.
@@ -425,16 +444,7 @@ def render_html_report(data: dict[str, Any]) -> str:
         depth_image = _image(heading_depth_figure(data["heading_depth"]), "Chunks by heading depth")
         largest_image = _image(largest_documents_figure(data["largest_documents"]), "The largest documents by tokens")
     title = f"chunkline dataset report: {data['url']}"
-    return f"""<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{_e(title)}</title>
-<style>{_CSS}</style>
-</head>
-<body>
-<h1>chunkline dataset</h1>
+    body = f"""<h1>chunkline dataset</h1>
 <p class="url">{_e(data["url"])}</p>
 <section id="summary">
 <h2>Summary</h2>
@@ -471,10 +481,8 @@ before the first heading, or a document without headings.</figcaption>
 <h2>Errors ({_number(data["error_count"])})</h2>
 {_errors_html(data["errors"], data["error_count"])}
 </section>
-<script type="application/json" id="report-data">{_json_for_script(data)}</script>
-</body>
-</html>
 """
+    return html_page(title, body, data)
 
 
 def build_html_report(url: str, storage_options: dict[str, Any] | None = None) -> str:
