@@ -40,6 +40,7 @@ _EXPORTS = {
     "read_manifest": "chunkline.dataset",
     "dataset_files": "chunkline.dataset",
     "list_snapshots": "chunkline.dataset",
+    "snapshots_after": "chunkline.dataset",
 }
 
 

@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # hashing_embedder sit
 
 from hashing_embedder import DIMENSION, embed
 
-from chunkline.dataset.publish import DamagedDatasetError, list_snapshots, read_dataset, read_manifest
+from chunkline.dataset.publish import DamagedDatasetError, read_dataset, read_manifest, snapshots_after
 
 PAYLOAD_COLUMNS = ["doc_id", "chunk_id", "heading_path", "start_line", "end_line", "start_char", "end_char", "text"]
 COLUMNS = ["chunk_uuid", "embed_text", *PAYLOAD_COLUMNS]
@@ -142,29 +142,6 @@ def apply_changes(
         return client.count(collection, exact=True).count
     finally:
         _close(client, target)
-
-
-def snapshots_after(dataset_url: str, synced: str | None) -> list[str] | None:
-    """The snapshots after ``synced`` up to the latest, oldest first, if each one's delta is relative to the
-    one before it; None if only a full load can catch up (nothing synced yet, a snapshot on the way no longer
-    kept, a run whose delta does not start from the snapshot before it, a snapshot marked ``full_reload``
-    because no earlier one could be compared with, or a snapshot on the way that is damaged)."""
-    if synced is None:
-        return None
-    try:
-        kept = set(list_snapshots(dataset_url))
-        chain, snapshot = [], read_manifest(dataset_url)["snapshot"]
-        while snapshot != synced:
-            if snapshot not in kept:
-                return None
-            manifest = read_manifest(dataset_url, snapshot=snapshot)
-            if manifest.get("full_reload"):
-                return None
-            chain.append(snapshot)
-            snapshot = manifest.get("rebuild", {}).get("previous_snapshot")
-    except DamagedDatasetError:  # a delta on the way cannot be trusted; the latest is loaded in full
-        return None
-    return chain[::-1]
 
 
 def sync(dataset_url: str, target: str | QdrantClient, collection: str = "chunks") -> tuple[str, list[str]]:

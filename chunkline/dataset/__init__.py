@@ -8,6 +8,6 @@ row diff (:mod:`~chunkline.dataset.merge`), the layout, manifest, verification a
 planning (:mod:`~chunkline.dataset.rebuild`). The Beam transforms call these; nothing here imports Beam.
 """
 
-from chunkline.dataset.publish import dataset_files, list_snapshots, read_dataset, read_manifest
+from chunkline.dataset.publish import dataset_files, list_snapshots, read_dataset, read_manifest, snapshots_after
 
-__all__ = ["dataset_files", "list_snapshots", "read_dataset", "read_manifest"]
+__all__ = ["dataset_files", "list_snapshots", "read_dataset", "read_manifest", "snapshots_after"]

@@ -95,6 +95,7 @@ __all__ = [
     "read_dataset",
     "read_manifest",
     "snapshot_url",
+    "snapshots_after",
     "staging_url",
     "verify_output",
     "verify_part",
@@ -641,6 +642,30 @@ def list_snapshots(url: str, storage_options: dict[str, Any] | None = None) -> l
     except DatasetNotFoundError:
         return []
     return list(manifest.get("snapshots") or [manifest["snapshot"]])
+
+
+def snapshots_after(url: str, synced: str | None, storage_options: dict[str, Any] | None = None) -> list[str] | None:
+    """The snapshots after ``synced`` up to the latest, oldest first, when each one's ``changes/`` is
+    relative to the one before it, so that a loader synced to ``synced`` catches up by applying them in
+    order; None when only a full load can catch up (nothing synced yet, a snapshot on the way no longer
+    kept, a run whose delta does not start from the snapshot before it, a snapshot marked ``full_reload``
+    because no earlier one could be compared with, or a snapshot on the way that is damaged)."""
+    if synced is None:
+        return None
+    try:
+        kept = set(list_snapshots(url, storage_options))
+        chain, snapshot = [], read_manifest(url, storage_options)["snapshot"]
+        while snapshot != synced:
+            if snapshot not in kept:
+                return None
+            manifest = read_manifest(url, storage_options, snapshot=snapshot)
+            if manifest.get("full_reload"):
+                return None
+            chain.append(snapshot)
+            snapshot = manifest.get("rebuild", {}).get("previous_snapshot")
+    except DamagedDatasetError:  # a delta on the way cannot be trusted; the latest is loaded in full
+        return None
+    return chain[::-1]
 
 
 def dataset_files(
