@@ -66,13 +66,14 @@ from chunkline.engine import chunk_document
 from chunkline.evaluation.retrieval import WordLlamaEmbedder, load_wordllama_embedder
 from chunkline.record import Chunk as ChunkRecord
 from chunkline.structure import parse_markdown
-from chunkline.tokenizers import counter_for
+from chunkline.tokenizers import TokenCounter, counter_for
 
 __all__ = [
     "CHUNK_METADATA_KEYS",
     "ChunklineChunker",
     "DocumentChunkingError",
     "WordLlamaTextEmbeddings",
+    "chunk_element",
     "chunk_from_record",
 ]
 
@@ -159,37 +160,50 @@ class _ChunklineSplitFn(beam.DoFn):
         self._counter = counter_for(self._config)
 
     def process(self, element: Any) -> Iterator[Chunk]:
-        doc_id = _field(element, self._doc_id_field)
-        if not isinstance(doc_id, str) or not doc_id:
-            raise DocumentChunkingError(
-                f"an input element has no document id: its field {self._doc_id_field!r} is {doc_id!r}, "
-                "expected a non-empty string (the chunk ids are made from it)"
-            )
-        text = _field(element, self._text_field)
-        if not isinstance(text, str):
-            raise DocumentChunkingError(
-                f"document {doc_id!r}: its field {self._text_field!r} is "
-                f"{'missing' if text is None else type(text).__name__}, expected the markdown text as a str"
-                + ("; decode the bytes first" if isinstance(text, bytes) else "")
-            )
+        doc_id, records = chunk_element(
+            element,
+            self._config,
+            self._counter,
+            text_field=self._text_field,
+            doc_id_field=self._doc_id_field,
+        )
         missing = [name for name in self._metadata_fields if _field(element, name, _MISSING) is _MISSING]
         if missing:
             raise DocumentChunkingError(f"document {doc_id!r}: the metadata fields {missing} are missing")
         extra_metadata = {name: _field(element, name) for name in self._metadata_fields}
-        try:
-            document = parse_markdown(text)
-            front_matter = document.front_matter
-            if front_matter is not None and front_matter.error is not None:
-                raise DocumentChunkingError(f"document {doc_id!r}: invalid front matter: {front_matter.error}")
-            records = chunk_document(document, self._config, self._counter, doc_id=doc_id)
-        except DocumentChunkingError:
-            raise
-        except Exception as error:
-            detail = " ".join(str(error).split()) or type(error).__name__
-            raise DocumentChunkingError(f"document {doc_id!r} could not be chunked: {detail}") from error
-        # Chunks are built only once the whole document chunked: no document is written half.
-        chunks = [chunk_from_record(record, extra_metadata) for record in records]
-        yield from chunks
+        yield from [chunk_from_record(record, extra_metadata) for record in records]
+
+
+def chunk_element(
+    element: Any, config: ChunkConfig, counter: TokenCounter, *, text_field: str, doc_id_field: str
+) -> tuple[str, list[ChunkRecord]]:
+    """The document id and chunk records of one input element (a dict, ``beam.Row`` or named tuple holding a
+    markdown document); raises :class:`DocumentChunkingError`, naming the document, when it cannot be
+    chunked. The records are all built before any is returned: no document is half chunked."""
+    doc_id = _field(element, doc_id_field)
+    if not isinstance(doc_id, str) or not doc_id:
+        raise DocumentChunkingError(
+            f"an input element has no document id: its field {doc_id_field!r} is {doc_id!r}, "
+            "expected a non-empty string (the chunk ids are made from it)"
+        )
+    text = _field(element, text_field)
+    if not isinstance(text, str):
+        raise DocumentChunkingError(
+            f"document {doc_id!r}: its field {text_field!r} is "
+            f"{'missing' if text is None else type(text).__name__}, expected the markdown text as a str"
+            + ("; decode the bytes first" if isinstance(text, bytes) else "")
+        )
+    try:
+        document = parse_markdown(text)
+        front_matter = document.front_matter
+        if front_matter is not None and front_matter.error is not None:
+            raise DocumentChunkingError(f"document {doc_id!r}: invalid front matter: {front_matter.error}")
+        return doc_id, chunk_document(document, config, counter, doc_id=doc_id)
+    except DocumentChunkingError:
+        raise
+    except Exception as error:
+        detail = " ".join(str(error).split()) or type(error).__name__
+        raise DocumentChunkingError(f"document {doc_id!r} could not be chunked: {detail}") from error
 
 
 _MISSING = object()
