@@ -41,6 +41,7 @@ from typing import Any
 
 import chromadb
 from chromadb.config import Settings
+from chromadb.errors import NotFoundError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # embedders.py sits next to this file
 
@@ -71,7 +72,7 @@ def _collection(client, name: str, *, create: bool = False):
         )
     try:
         return client.get_collection(name, embedding_function=None)
-    except Exception:  # chromadb raises NotFoundError (ValueError in older versions) for a missing collection
+    except NotFoundError:
         return None
 
 

@@ -326,3 +326,44 @@ def test_a_store_embedded_by_another_model_is_reloaded_from_scratch(
     assert module.synced_embedder(str(target)) == wordllama.name
     stored = read_rows(target)
     assert len(stored) == len(sample_chunks) and {len(row["vector"]) for row in stored} == {256}
+
+
+# --------------------------------------------------------------------------------------------------
+# The scripts, as the README runs them
+# --------------------------------------------------------------------------------------------------
+
+#: Runs an example script with every socket connection refused, so a download attempt fails the run.
+OFFLINE_SCRIPT = """
+import runpy, socket, sys
+def refuse(*args, **kwargs):
+    raise OSError("network access attempted by an example script")
+socket.socket.connect = socket.socket.connect_ex = socket.create_connection = socket.getaddrinfo = refuse
+script = sys.argv[1]
+sys.argv = sys.argv[1:]
+runpy.run_path(script, run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("name", list(STORES))
+@pytest.mark.parametrize("embedder_args", [[], ["--embedder", "hashing"]], ids=["wordllama", "hashing"])
+def test_the_script_syncs_then_finds_the_passage_offline_and_a_second_run_is_up_to_date(
+    name, embedder_args, sample_dataset, sample_chunks, tmp_path
+):
+    passage = PASSAGES["crlf-file"]
+    folder = tmp_path / "store"
+    command = [sys.executable, "-c", OFFLINE_SCRIPT, str(EXAMPLES / f"load_{name}.py"), sample_dataset, str(folder)]
+    command += [*passage.query.split(), *embedder_args]
+
+    def run_script() -> list[str]:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=240)
+        assert result.returncode == 0, result.stderr
+        return result.stdout.splitlines()
+
+    first = run_script()
+    snapshot = read_manifest(sample_dataset)["snapshot"]
+    assert first[0] == f"load: {snapshot}; {len(sample_chunks)} chunks in {folder}"
+    # The nearest chunk is printed first, as doc_id:lines and its heading path.
+    assert f"{passage.doc_id}:" in first[1] and first[1].endswith(" > ".join(passage.heading_path))
+    again = run_script()
+    assert again[0] == f"changes: already up to date; {len(sample_chunks)} chunks in {folder}"
+    assert again[1:] == first[1:]
