@@ -168,6 +168,22 @@ def chroma_mark(target: Path) -> None:
     records.update(ids=found["ids"], metadatas=marked)
 
 
+def lancedb_remove(target: Path, chunk_uuid: str) -> None:
+    lancedb.connect(str(target)).open_table("chunks").delete(f"chunk_uuid = '{chunk_uuid}'")
+
+
+def qdrant_remove(target: Path, chunk_uuid: str) -> None:
+    client = QdrantClient(path=str(target))
+    try:
+        client.delete("chunks", points_selector=models.PointIdsList(points=[chunk_uuid]), wait=True)
+    finally:
+        client.close()
+
+
+def chroma_remove(target: Path, chunk_uuid: str) -> None:
+    load_chroma.client_for(target).get_collection("chunks", embedding_function=None).delete(ids=[chunk_uuid])
+
+
 @dataclass(frozen=True)
 class Store:
     module: ModuleType
@@ -175,18 +191,25 @@ class Store:
     mark_every_row: Callable[[Path], None]
     expected_fields: Callable[[dict[str, Any]], dict[str, Any]]
     """What the store keeps of a chunk row besides its vector."""
+    remove: Callable[[Path, str], None]
+    """Deletes one chunk from the store behind the loader's back."""
 
 
 STORES = {
-    "lancedb": Store(load_lancedb, lancedb_rows, lancedb_mark, lambda chunk: chunk),
+    "lancedb": Store(load_lancedb, lancedb_rows, lancedb_mark, lambda chunk: chunk, lancedb_remove),
     "qdrant": Store(
-        load_qdrant, qdrant_rows, qdrant_mark, lambda chunk: {name: chunk[name] for name in load_qdrant.PAYLOAD_COLUMNS}
+        load_qdrant,
+        qdrant_rows,
+        qdrant_mark,
+        lambda chunk: {name: chunk[name] for name in load_qdrant.PAYLOAD_COLUMNS},
+        qdrant_remove,
     ),
     "chroma": Store(
         load_chroma,
         chroma_rows,
         chroma_mark,
         lambda chunk: {name: chunk[name] for name in [*load_chroma.METADATA_COLUMNS, "text"]},
+        chroma_remove,
     ),
 }
 
@@ -531,3 +554,22 @@ def test_a_front_matter_edit_costs_no_embedding_and_the_store_holds_the_new_offs
         hit["doc_id"] == LONG_DOCUMENT
         and hit["end_char"] == chunks[hit["chunk_uuid"] if name == "lancedb" else hit["id"]]["end_char"]
     )
+
+
+@pytest.mark.parametrize("name", list(STORES))
+def test_an_upsert_that_keeps_its_embedding_is_embedded_when_the_store_lost_its_vector(
+    name, front_matter_edit, tmp_path
+):
+    store, target = STORES[name], tmp_path / "store"
+    first, latest = front_matter_edit.snapshots[:2]
+    store.module.load(front_matter_edit.url, str(target), snapshot=first, embedder=HASHING)
+    upserts = read_dataset(front_matter_edit.url, "changes/upserts", snapshot=latest).to_pylist()
+    lost = upserts[len(upserts) // 2]
+    assert not lost["embedding_changed"]
+    store.remove(target, lost["chunk_uuid"])
+
+    counting = CountingEmbedder()
+    assert store.module.sync(front_matter_edit.url, str(target), embedder=counting) == ("changes", [latest])
+    # The one chunk with no stored vector to keep is embedded; the store ends exact.
+    assert counting.texts == [lost["embed_text"]]
+    assert_holds_exactly(store, target, front_matter_edit.url, latest)
