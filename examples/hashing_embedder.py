@@ -4,9 +4,9 @@ Each text becomes a bag of features (its lowercase words, and the character trig
 into ``dimension`` buckets with BLAKE2b, then L2-normalised. Python's own ``hash()`` is salted per process,
 so it would give different vectors in every run; BLAKE2b gives the same vector on every machine.
 
-It is a lexical embedding, good enough to check that a loader stores the right vector under the right id.
-For real retrieval, replace ``embed`` with a model (for example sentence-transformers'
-``SentenceTransformer("all-MiniLM-L6-v2").encode(texts, normalize_embeddings=True)``, also 384 dimensions).
+It is a lexical embedding, good enough to check that a loader stores the right vector under the right id,
+and the loaders' tests use it (``--embedder hashing``, ``embedder=HashingEmbedder()``). For retrieval the
+loaders use a real model by default (see ``embedders.py``).
 
     from hashing_embedder import embed
     vectors = embed(["How do I calibrate a tide gauge?"])   # float32 array of shape (1, 384)
@@ -48,6 +48,15 @@ def embed(texts: Iterable[str], dimension: int = DIMENSION) -> np.ndarray:
             vectors[row, bucket] += sign
     norms = np.linalg.norm(vectors, axis=1, keepdims=True)
     return np.divide(vectors, norms, out=np.zeros_like(vectors), where=norms > 0)
+
+
+class HashingEmbedder:
+    """:func:`embed` as an embedder object for the loaders (``name`` and ``embed``)."""
+
+    name = f"hashing-blake2b-{DIMENSION}"
+
+    def embed(self, texts: Iterable[str]) -> np.ndarray:
+        return embed(texts)
 
 
 if __name__ == "__main__":

@@ -102,7 +102,8 @@ class RunSummary:
     rebuild: dict[str, Any] = field(default_factory=dict)
     """How the snapshot was built: mode (full or incremental), reason, documents chunked and carried over."""
     changes: dict[str, int] = field(default_factory=dict)
-    """Documents added, changed, deleted and unchanged since the previous snapshot; chunk upserts and deletes."""
+    """Documents added, changed, deleted and unchanged since the previous snapshot; chunk upserts (and how many
+    of them need a new embedding) and deletes."""
 
     @property
     def megabytes_per_second(self) -> float:
@@ -126,7 +127,8 @@ class RunSummary:
             lines.append(
                 "  changes: "
                 + ", ".join(f"{self.changes[kind]} {kind}" for kind in ("added", "changed", "deleted", "unchanged"))
-                + f"; {self.changes['chunks_upserted']:,} chunk upserts, {self.changes['chunks_deleted']:,} chunk deletes"
+                + f"; {self.changes['chunks_upserted']:,} chunk upserts"
+                + f" ({self.changes.get('chunks_reembedded', 0):,} to embed), {self.changes['chunks_deleted']:,} chunk deletes"
             )
         for error in self.errors[:10]:
             lines.append(f"  error: {error['doc_id']} [{error['stage']}/{error['error_type']}] {error['message']}")
@@ -469,19 +471,22 @@ def _change_counts(output_url: str, run_id: str, config: RunConfig) -> dict[str,
     import pyarrow.compute as pc
 
     fs, root = url_to_fs(snapshot_url(output_url, run_id), **config.output.storage_options)
-    counts = {"added": 0, "changed": 0, "deleted": 0, "unchanged": 0, "chunks_upserted": 0, "chunks_deleted": 0}
+    counts = dict.fromkeys(("added", "changed", "deleted", "unchanged"), 0)
+    counts |= {"chunks_upserted": 0, "chunks_reembedded": 0, "chunks_deleted": 0}
     folder = f"{root.rstrip('/')}/changes/documents"
     for path in list_files(fs, folder, tuple(config.secrets())):
         part = with_storage_retries(
-            lambda path=path: _read_columns(fs, path, ["change", "chunks_upserted", "chunks_deleted"]),
+            lambda path=path: _read_columns(
+                fs, path, ["change", "chunks_upserted", "chunks_reembedded", "chunks_deleted"]
+            ),
             storage_url(fs, path),
             "read",
             secrets=tuple(config.secrets()),
         )
         for kind in ("added", "changed", "deleted", "unchanged"):
             counts[kind] += pc.sum(pc.equal(part["change"], kind)).as_py() or 0
-        counts["chunks_upserted"] += pc.sum(part["chunks_upserted"]).as_py() or 0
-        counts["chunks_deleted"] += pc.sum(part["chunks_deleted"]).as_py() or 0
+        for column in ("chunks_upserted", "chunks_reembedded", "chunks_deleted"):
+            counts[column] += pc.sum(part[column]).as_py() or 0
     return counts
 
 

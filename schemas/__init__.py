@@ -4,7 +4,14 @@
 sorted by: the chunker's ``ROW_TABLES`` and the ``CHANGE_TABLES`` derived from them.
 """
 
-from chunkline.schemas.changes import CHANGE_KINDS, CHANGED_DOCUMENTS_SCHEMA, CHUNK_DELETES_SCHEMA, CHUNK_UPSERTS_SCHEMA
+from chunkline.schemas.changes import (
+    CHANGE_KINDS,
+    CHANGED_DOCUMENTS_SCHEMA,
+    CHUNK_DELETES_SCHEMA,
+    CHUNK_UPSERTS_SCHEMA,
+    EMBEDDING_CHANGED_FIELD,
+    upserts_schema,
+)
 from chunkline.schemas.chunks import CHUNKS_SCHEMA, SCHEMA_VERSION
 from chunkline.schemas.documents import DOCUMENT_STATUSES, DOCUMENTS_SCHEMA
 from chunkline.schemas.errors import ERROR_STAGES, ERRORS_SCHEMA
@@ -33,8 +40,10 @@ __all__ = [
     "CHUNKS_SCHEMA",
     "DOCUMENTS_SCHEMA",
     "DOCUMENT_STATUSES",
+    "EMBEDDING_CHANGED_FIELD",
     "ERRORS_SCHEMA",
     "ERROR_STAGES",
     "SCHEMA_VERSION",
     "TABLE_SCHEMAS",
+    "upserts_schema",
 ]

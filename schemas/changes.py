@@ -4,8 +4,11 @@ A vector-store loader applies a snapshot's delta instead of reloading the corpus
 
 - ``changes/documents``: one row per document of either snapshot, with its change (``added``, ``changed``,
   ``deleted`` or ``unchanged``) and how many chunk rows it upserts and deletes;
-- ``changes/upserts``: the chunk rows to insert or overwrite (columns of the ``chunks`` table), keyed by
-  ``chunk_uuid``: every chunk that is new or whose row differs from the previous snapshot's row;
+- ``changes/upserts``: the chunk rows to insert or overwrite (columns of the ``chunks`` table, then
+  ``embedding_changed``), keyed by ``chunk_uuid``: every chunk that is new or whose row differs from the
+  previous snapshot's row. ``embedding_changed`` is false when only positions or other columns moved and
+  ``embed_text`` is what it was (a front-matter edit that shifts every offset of a document): a loader keeps
+  the stored vector and rewrites the payload, and embeds only the rows where it is true;
 - ``changes/deletes``: the chunks of the previous snapshot that are gone (their ``chunk_id`` and
   ``chunk_uuid``).
 
@@ -19,7 +22,14 @@ import pyarrow as pa
 
 from chunkline.schemas.chunks import CHUNKS_SCHEMA, SCHEMA_VERSION, field
 
-__all__ = ["CHANGE_KINDS", "CHANGED_DOCUMENTS_SCHEMA", "CHUNK_UPSERTS_SCHEMA", "CHUNK_DELETES_SCHEMA"]
+__all__ = [
+    "CHANGE_KINDS",
+    "CHANGED_DOCUMENTS_SCHEMA",
+    "CHUNK_DELETES_SCHEMA",
+    "CHUNK_UPSERTS_SCHEMA",
+    "EMBEDDING_CHANGED_FIELD",
+    "upserts_schema",
+]
 
 #: ``added``: new doc_id; ``deleted``: gone from the input; ``changed``: its bytes or its chunk rows differ;
 #: ``unchanged``: same bytes and the same rows.
@@ -43,6 +53,12 @@ CHANGED_DOCUMENTS_SCHEMA = pa.schema(
         ),
         field("chunks_upserted", pa.int32(), "Rows of changes/upserts for this document."),
         field("chunks_deleted", pa.int32(), "Rows of changes/deletes for this document."),
+        field(
+            "chunks_reembedded",
+            pa.int32(),
+            "Rows of changes/upserts for this document whose embedding_changed is true: the embeddings a "
+            "loader computes for it.",
+        ),
     ],
     metadata={
         "chunkline.table": "changes/documents",
@@ -51,13 +67,30 @@ CHANGED_DOCUMENTS_SCHEMA = pa.schema(
     },
 )
 
-CHUNK_UPSERTS_SCHEMA = CHUNKS_SCHEMA.with_metadata(
-    {
-        "chunkline.table": "changes/upserts",
-        "chunkline.schema_version": SCHEMA_VERSION,
-        "description": "The chunk rows to insert or overwrite since the previous snapshot (columns of chunks), keyed by chunk_uuid.",
-    }
+EMBEDDING_CHANGED_FIELD = field(
+    "embedding_changed",
+    pa.bool_(),
+    "True when what gets embedded changed: the chunk is new (no row of the previous snapshot has its "
+    "chunk_uuid) or its embed_text differs from that row's. False when only positions, text outside embed_text "
+    "(front matter) or other columns moved: the stored vector stays valid and only the payload is rewritten.",
 )
+
+
+def upserts_schema(chunks_schema: pa.Schema) -> pa.Schema:
+    """The schema of ``changes/upserts`` for rows of ``chunks_schema``: its columns, then ``embedding_changed``."""
+    return chunks_schema.append(EMBEDDING_CHANGED_FIELD).with_metadata(
+        {
+            "chunkline.table": "changes/upserts",
+            "chunkline.schema_version": SCHEMA_VERSION,
+            "description": (
+                "The chunk rows to insert or overwrite since the previous snapshot (columns of chunks), keyed by "
+                "chunk_uuid, each saying whether its embedding must be computed again (embedding_changed)."
+            ),
+        }
+    )
+
+
+CHUNK_UPSERTS_SCHEMA = upserts_schema(CHUNKS_SCHEMA)
 
 CHUNK_DELETES_SCHEMA = pa.schema(
     [

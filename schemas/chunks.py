@@ -11,7 +11,7 @@ import pyarrow as pa
 __all__ = ["CHUNKS_SCHEMA", "SCHEMA_VERSION", "field"]
 
 #: Bumped when a column is added or its meaning changes.
-SCHEMA_VERSION = "2"
+SCHEMA_VERSION = "3"
 
 
 def field(name: str, arrow_type: pa.DataType, description: str, nullable: bool = False) -> pa.Field:

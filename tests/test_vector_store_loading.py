@@ -1,9 +1,11 @@
 """The loader examples in ``examples/``, run for real: the sample corpus's dataset loaded into embedded
-LanceDB and into Qdrant's local mode, loaded twice, and searched.
+LanceDB, Qdrant's local mode and Chroma's persistent client, loaded twice, and searched.
 
 Each store must hold exactly one row per chunk under the chunk's id, keep it unchanged when the same
 dataset is loaded again, and answer a passage copied from the sample corpus with the chunk that holds it,
-carrying positions that point at that passage in the source file. No test here may reach the network.
+carrying positions that point at that passage in the source file. Most tests embed with the hashing
+embedder; the loaders' default, wordllama, is loaded from its wheel and searched with for real at the end.
+No test here may reach the network.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ EXAMPLES = REPO / "examples"
 embedder = import_example("hashing_embedder")
 load_lancedb = import_example("load_lancedb")
 load_qdrant = import_example("load_qdrant")
+load_chroma = import_example("load_chroma")
+HASHING = embedder.HashingEmbedder()
 
 
 @dataclass(frozen=True)
@@ -81,9 +85,31 @@ def qdrant_rows(target: Path) -> list[dict[str, Any]]:
     )
 
 
+def chroma_rows(target: Path) -> list[dict[str, Any]]:
+    """Every record of the Chroma collection as ``{"id", "vector", **metadata, "text"}``, by id; a chunk
+    stored without a heading_path key (Chroma refuses an empty list) reads as ``[]``."""
+    records = load_chroma.client_for(target).get_collection("chunks", embedding_function=None)
+    found = records.get(include=["embeddings", "metadatas", "documents"])
+    rows = [
+        {"id": uuid, "vector": list(vector), **metadata, "heading_path": metadata.get("heading_path", []), "text": text}
+        for uuid, vector, metadata, text in zip(
+            found["ids"], found["embeddings"], found["metadatas"], found["documents"]
+        )
+    ]
+    return sorted(rows, key=lambda row: row["id"])
+
+
 STORES = {
     "lancedb": (load_lancedb, lancedb_rows),
     "qdrant": (load_qdrant, qdrant_rows),
+    "chroma": (load_chroma, chroma_rows),
+}
+
+#: What each store keeps of a chunk row besides its vector.
+STORED_COLUMNS = {
+    "lancedb": None,  # every column
+    "qdrant": load_qdrant.PAYLOAD_COLUMNS,
+    "chroma": [*load_chroma.METADATA_COLUMNS, "text"],
 }
 
 
@@ -114,7 +140,7 @@ def loaded_store(request, sample_dataset, tmp_path_factory):
     """(store name, its folder, the count the first load returned, its rows after the first load)."""
     module, read_rows = STORES[request.param]
     target = tmp_path_factory.mktemp(request.param) / "store"
-    count = module.load(sample_dataset, str(target))
+    count = module.load(sample_dataset, str(target), embedder=HASHING)
     return request.param, target, count, read_rows(target)
 
 
@@ -168,9 +194,10 @@ def test_store_holds_one_row_per_chunk_under_its_uuid_with_its_fields_and_vector
     assert count == len(stored) == len(sample_chunks)
     id_column = "chunk_uuid" if name == "lancedb" else "id"
     assert [row[id_column] for row in stored] == sorted(sample_chunks)
+    columns = STORED_COLUMNS[name]
     for row in stored:
         chunk = sample_chunks[row[id_column]]
-        expected = chunk if name == "lancedb" else {column: chunk[column] for column in load_qdrant.PAYLOAD_COLUMNS}
+        expected = chunk if columns is None else {column: chunk[column] for column in columns}
         assert {key: value for key, value in row.items() if key not in ("id", "vector")} == expected
         assert np.allclose(row["vector"], embedder.embed([chunk["embed_text"]])[0], atol=1e-6)
 
@@ -178,14 +205,14 @@ def test_store_holds_one_row_per_chunk_under_its_uuid_with_its_fields_and_vector
 def test_second_load_leaves_the_store_unchanged(loaded_store, sample_dataset, sample_chunks):
     name, target, _, first = loaded_store
     module, read_rows = STORES[name]
-    assert module.load(sample_dataset, str(target)) == len(sample_chunks)
+    assert module.load(sample_dataset, str(target), embedder=HASHING) == len(sample_chunks)
     assert read_rows(target) == first
 
 
 def test_qdrant_loads_into_a_client_it_is_given_and_leaves_it_open(sample_dataset, sample_chunks):
     client = QdrantClient(":memory:")
-    assert load_qdrant.load(sample_dataset, client) == len(sample_chunks)
-    hits = load_qdrant.search(client, PASSAGES["crlf-file"].query, k=1)
+    assert load_qdrant.load(sample_dataset, client, embedder=HASHING) == len(sample_chunks)
+    hits = load_qdrant.search(client, PASSAGES["crlf-file"].query, k=1, embedder=HASHING)
     assert [hit["doc_id"] for hit in hits] == [PASSAGES["crlf-file"].doc_id]
     assert hits[0]["id"] == next(uuid for uuid, row in sample_chunks.items() if row["chunk_id"] == hits[0]["chunk_id"])
     client.close()
@@ -214,7 +241,7 @@ def test_search_returns_the_chunk_holding_the_passage_with_its_source_position(
     name, target, *_ = loaded_store
     module, _ = STORES[name]
     passage = PASSAGES[passage_name]
-    hits = module.search(str(target), passage.query, k=3)
+    hits = module.search(str(target), passage.query, k=3, embedder=HASHING)
     assert len(hits) == 3
     top = hits[0]
     chunk = next(row for row in sample_chunks.values() if row["chunk_id"] == top["chunk_id"])
@@ -232,3 +259,111 @@ def test_search_returns_the_chunk_holding_the_passage_with_its_source_position(
     assert top["text"] in "".join(lines)
     # The chunk opens with the heading it is filed under.
     assert lines[0].lstrip("#").strip().strip("`") == passage.heading_path[-1]
+
+
+def test_a_chunk_with_no_heading_is_stored_in_chroma_and_read_back_with_an_empty_heading_path(
+    sample_dataset, sample_chunks, tmp_path
+):
+    preamble = [row for row in sample_chunks.values() if row["heading_path"] == []]
+    assert preamble, "the sample corpus has chunks before any heading"
+    target = tmp_path / "chroma"
+    load_chroma.load(sample_dataset, str(target), embedder=HASHING)
+    records = load_chroma.client_for(target).get_collection("chunks", embedding_function=None)
+    stored = records.get(ids=[row["chunk_uuid"] for row in preamble], include=["metadatas"])
+    assert len(stored["ids"]) == len(preamble)
+    assert all("heading_path" not in metadata for metadata in stored["metadatas"])
+    hit = load_chroma.search(str(target), preamble[0]["text"], k=1, embedder=HASHING)[0]
+    assert hit["id"] == preamble[0]["chunk_uuid"] and hit["heading_path"] == []
+
+
+# --------------------------------------------------------------------------------------------------
+# The default embedder: wordllama, loaded from its wheel
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def wordllama():
+    """The loaders' default embedder, loaded as they load it."""
+    return import_example("embedders").load_embedder()
+
+
+def test_the_default_embedder_is_wordllama_from_its_wheel(wordllama):
+    assert wordllama.name.startswith("wordllama-")
+    vectors = wordllama.embed(["How do I calibrate a tide gauge?", "Calibrating the tide gauge"])
+    assert vectors.shape == (2, 256) and np.allclose(np.linalg.norm(vectors, axis=1), 1.0)
+    assert float(vectors[0] @ vectors[1]) > float(vectors[0] @ wordllama.embed(["Windows Update reboots"])[0])
+
+
+@pytest.mark.parametrize("name", list(STORES))
+def test_a_store_loaded_with_the_default_embedder_finds_each_passage(
+    name, sample_dataset, sample_chunks, wordllama, tmp_path
+):
+    module, read_rows = STORES[name]
+    target = tmp_path / "store"
+    # No embedder given: the loader's default, wordllama, embeds every chunk.
+    assert module.load(sample_dataset, str(target)) == len(sample_chunks)
+    assert module.synced_embedder(str(target)) == wordllama.name
+    stored = read_rows(target)
+    some = stored[:: max(1, len(stored) // 10)]
+    id_column = "chunk_uuid" if name == "lancedb" else "id"
+    expected = wordllama.embed([sample_chunks[row[id_column]]["embed_text"] for row in some])
+    assert np.allclose([row["vector"] for row in some], expected, atol=1e-5)
+    for passage in PASSAGES.values():
+        top = module.search(str(target), passage.query, k=1)[0]
+        assert (top["doc_id"], top["heading_path"]) == (passage.doc_id, passage.heading_path)
+        assert " ".join(passage.query.split()) in " ".join(top["text"].split())
+
+
+@pytest.mark.parametrize("name", list(STORES))
+def test_a_store_embedded_by_another_model_is_reloaded_from_scratch(
+    name, sample_dataset, sample_chunks, wordllama, tmp_path
+):
+    module, read_rows = STORES[name]
+    target = tmp_path / "store"
+    module.load(sample_dataset, str(target), embedder=HASHING)
+    # Up to date, but its vectors are the hashing embedder's: a sync with wordllama loads it again.
+    assert module.sync(sample_dataset, str(target), embedder=wordllama)[0] == "load"
+    assert module.synced_embedder(str(target)) == wordllama.name
+    stored = read_rows(target)
+    assert len(stored) == len(sample_chunks) and {len(row["vector"]) for row in stored} == {256}
+
+
+# --------------------------------------------------------------------------------------------------
+# The scripts, as the README runs them
+# --------------------------------------------------------------------------------------------------
+
+#: Runs an example script with every socket connection refused, so a download attempt fails the run.
+OFFLINE_SCRIPT = """
+import runpy, socket, sys
+def refuse(*args, **kwargs):
+    raise OSError("network access attempted by an example script")
+socket.socket.connect = socket.socket.connect_ex = socket.create_connection = socket.getaddrinfo = refuse
+script = sys.argv[1]
+sys.argv = sys.argv[1:]
+runpy.run_path(script, run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("name", list(STORES))
+@pytest.mark.parametrize("embedder_args", [[], ["--embedder", "hashing"]], ids=["wordllama", "hashing"])
+def test_the_script_syncs_then_finds_the_passage_offline_and_a_second_run_is_up_to_date(
+    name, embedder_args, sample_dataset, sample_chunks, tmp_path
+):
+    passage = PASSAGES["crlf-file"]
+    folder = tmp_path / "store"
+    command = [sys.executable, "-c", OFFLINE_SCRIPT, str(EXAMPLES / f"load_{name}.py"), sample_dataset, str(folder)]
+    command += [*passage.query.split(), *embedder_args]
+
+    def run_script() -> list[str]:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=240)
+        assert result.returncode == 0, result.stderr
+        return result.stdout.splitlines()
+
+    first = run_script()
+    snapshot = read_manifest(sample_dataset)["snapshot"]
+    assert first[0] == f"load: {snapshot}; {len(sample_chunks)} chunks in {folder}"
+    # The nearest chunk is printed first, as doc_id:lines and its heading path.
+    assert f"{passage.doc_id}:" in first[1] and first[1].endswith(" > ".join(passage.heading_path))
+    again = run_script()
+    assert again[0] == f"changes: already up to date; {len(sample_chunks)} chunks in {folder}"
+    assert again[1:] == first[1:]

@@ -169,13 +169,16 @@ class _MergeShardFn(beam.DoFn):
         yield from self._write("changes/deletes", shard, deletes)
         upserted = Counter(upserts.column("doc_id").to_pylist())
         deleted = Counter(deletes.column("doc_id").to_pylist())
+        reembedded = Counter(upserts.filter(upserts.column("embedding_changed")).column("doc_id").to_pylist())
         del upserts, deletes
         previous_documents, documents = self._merge_table("documents", shard, previous_parts, carried_ids, plan)
         yield from self._write("documents", shard, documents)
         _, errors = self._merge_table("errors", shard, previous_parts, carried_ids, plan)
         yield from self._write("errors", shard, errors)
         yield from self._write(
-            "changes/documents", shard, documents_changes(previous_documents, documents, upserted, deleted)
+            "changes/documents",
+            shard,
+            documents_changes(previous_documents, documents, upserted, deleted, reembedded),
         )
 
     def _merge_table(

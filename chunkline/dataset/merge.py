@@ -19,13 +19,14 @@ import pyarrow.compute as pc
 
 from chunkline.dataset.layout import keep_plan_path
 from chunkline.dataset.storage import read_file_bytes
-from chunkline.schemas import TABLE_SCHEMAS
+from chunkline.schemas import EMBEDDING_CHANGED_FIELD, TABLE_SCHEMAS
 
 __all__ = [
     "PreviousSnapshot",
     "ShardPlan",
     "chunk_changes",
     "documents_changes",
+    "embedding_changed",
     "read_shard_plan",
     "same_rows",
     "shard_of",
@@ -83,23 +84,44 @@ def with_modified_times(documents: pa.Table, modified_times: dict[str, int | Non
 
 def chunk_changes(previous: pa.Table, final: pa.Table, carried_ids: pa.Array) -> tuple[pa.Table, pa.Table]:
     """A shard's ``changes/upserts`` and ``changes/deletes``: the chunk rows that are new or differ from the
-    previous snapshot's, and the previous chunks that are gone (carried documents are neither)."""
+    previous snapshot's, each with ``embedding_changed`` (see :func:`embedding_changed`), and the previous
+    chunks that are gone (carried documents are neither)."""
     old_chunks = previous.filter(pc.invert(pc.is_in(previous.column("doc_id"), carried_ids)))
     new_chunks = final.filter(pc.invert(pc.is_in(final.column("doc_id"), carried_ids))) if len(carried_ids) else final
     if old_chunks.num_rows:
         position_in_old = pc.index_in(new_chunks.column("chunk_id"), value_set=old_chunks.column("chunk_id"))
-        upserts = new_chunks.filter(pc.invert(same_rows(new_chunks, old_chunks, position_in_old)))
+        differs = pc.invert(same_rows(new_chunks, old_chunks, position_in_old))
+        upserts = new_chunks.filter(differs)
+        changed = embedding_changed(upserts, old_chunks, pc.filter(position_in_old, differs))
     else:
         upserts = new_chunks  # every chunk is new: no copy of the shard's rows
+        changed = pa.array([True] * upserts.num_rows, pa.bool_())
     deletes = old_chunks.select(["doc_id", "chunk_id", "chunk_uuid"]).filter(
         pc.invert(pc.is_in(old_chunks.column("chunk_id"), value_set=new_chunks.column("chunk_id")))
     )
     deletes_schema, deletes_key = TABLE_SCHEMAS["changes/deletes"]
-    # Upserts are a filter of the sorted, de-duplicated chunks: in key order already, with the same columns.
+    # Upserts are a filter of the sorted, de-duplicated chunks: in key order already, with the chunks' columns
+    # (whatever they are), then embedding_changed.
+    upserts = upserts.append_column(EMBEDDING_CHANGED_FIELD, changed)
     return (
         upserts.replace_schema_metadata(TABLE_SCHEMAS["changes/upserts"][0].metadata),
         sorted_unique(deletes.cast(deletes_schema), deletes_key),
     )
+
+
+def embedding_changed(new: pa.Table, old: pa.Table, position_in_old: pa.Array) -> pa.Array:
+    """For each row of ``new``: True unless ``old`` holds a row with its ``chunk_id`` (at ``position_in_old``)
+    whose ``embed_text`` is equal, which is what an embedding model sees.
+
+    The match is by ``chunk_id`` (``<doc_id>#<chunk_index>``, and ``chunk_uuid`` is derived from it): the
+    point a store keeps under that id holds the vector of the old row's ``embed_text``. Positions, line
+    numbers and the front matter inside ``text`` (never in ``embed_text``) may move without making it stale."""
+    matched = pc.is_valid(position_in_old)
+    if new.num_rows == 0 or not pc.any(matched).as_py():
+        return pa.array([True] * new.num_rows, pa.bool_())
+    previous_embed_text = old.column("embed_text").take(pc.fill_null(position_in_old, 0))
+    same = pc.and_(matched, pc.fill_null(pc.equal(new.column("embed_text"), previous_embed_text), False))
+    return pc.invert(same).combine_chunks()
 
 
 def same_rows(new: pa.Table, old: pa.Table, position_in_old: pa.Array) -> pa.Array:
@@ -137,8 +159,15 @@ def _document_hashes(documents: pa.Table) -> dict[str, str | None]:
 
 
 def documents_changes(
-    previous: pa.Table, final: pa.Table, upserted: dict[str, int], deleted: dict[str, int]
+    previous: pa.Table,
+    final: pa.Table,
+    upserted: dict[str, int],
+    deleted: dict[str, int],
+    reembedded: dict[str, int] | None = None,
 ) -> pa.Table:
+    """A shard's ``changes/documents``: each doc_id of either table with its change and its counts of chunk
+    upserts, deletes and upserts to embed again (``reembedded``; by default none)."""
+    reembedded = reembedded or {}
     before, after = _document_hashes(previous), _document_hashes(final)
     rows = []
     for doc_id in sorted(set(before) | set(after)):
@@ -158,6 +187,7 @@ def documents_changes(
                 "previous_content_sha256": before.get(doc_id),
                 "chunks_upserted": upserted.get(doc_id, 0),
                 "chunks_deleted": deleted.get(doc_id, 0),
+                "chunks_reembedded": reembedded.get(doc_id, 0),
             }
         )
     return pa.Table.from_pylist(rows, schema=TABLE_SCHEMAS["changes/documents"][0])

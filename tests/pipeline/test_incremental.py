@@ -72,7 +72,12 @@ def _apply(store: dict[str, dict], output: Path, *, snapshot: str | None = None)
     for row in read_dataset(str(output), "changes/deletes", snapshot=snapshot).to_pylist():
         store.pop(row["chunk_uuid"], None)
     for row in read_dataset(str(output), "changes/upserts", snapshot=snapshot).to_pylist():
-        store[row["chunk_uuid"]] = row
+        store[row["chunk_uuid"]] = chunk_columns(row)
+
+
+def chunk_columns(upsert: dict) -> dict:
+    """An upsert row without ``embedding_changed``: the chunk row a store holds."""
+    return {name: value for name, value in upsert.items() if name != "embedding_changed"}
 
 
 def test_an_unchanged_corpus_chunks_nothing_and_every_document_is_unchanged(corpus, tmp_path, chunked_documents):
@@ -103,6 +108,7 @@ def test_an_unchanged_corpus_chunks_nothing_and_every_document_is_unchanged(corp
         "deleted": 0,
         "unchanged": len(CORPUS),
         "chunks_upserted": 0,
+        "chunks_reembedded": 0,
         "chunks_deleted": 0,
     }
     # The same part files, byte for byte, in a new snapshot.
@@ -139,7 +145,15 @@ def test_one_edit_one_addition_one_deletion_are_exactly_the_delta(corpus, tmp_pa
         chunk_id for chunk_id, row in new_chunks.items() if previous_chunks.get(chunk_id) != row
     }
     assert {row["doc_id"] for row in upserts} == {EDITED, ADDED}
-    assert all(row == new_chunks[row["chunk_id"]] for row in upserts)
+    assert all(chunk_columns(row) == new_chunks[row["chunk_id"]] for row in upserts)
+    # A new embedding exactly where embed_text is new: the paragraph shifts the chunks after it by one index,
+    # so each of them holds the embed_text another chunk_id had; nothing before the edit is embedded again.
+    for row in upserts:
+        before = previous_chunks.get(row["chunk_id"])
+        assert row["embedding_changed"] == (before is None or before["embed_text"] != row["embed_text"]), row[
+            "chunk_id"
+        ]
+    assert all(row["embedding_changed"] for row in upserts if row["doc_id"] == ADDED)
     # The edit inserts a paragraph mid-document: the edited document's first chunks are not upserted again.
     assert (
         0
@@ -154,12 +168,16 @@ def test_one_edit_one_addition_one_deletion_are_exactly_the_delta(corpus, tmp_pa
     for doc_id, row in changes.items():
         assert row["chunks_upserted"] == sum(upsert["doc_id"] == doc_id for upsert in upserts), doc_id
         assert row["chunks_deleted"] == sum(delete["doc_id"] == doc_id for delete in deletes), doc_id
+        assert row["chunks_reembedded"] == sum(
+            upsert["doc_id"] == doc_id and upsert["embedding_changed"] for upsert in upserts
+        ), doc_id
     assert summary.changes == {
         "added": 1,
         "changed": 1,
         "deleted": 1,
         "unchanged": len(CORPUS) - 2,
         "chunks_upserted": len(upserts),
+        "chunks_reembedded": sum(row["embedding_changed"] for row in upserts),
         "chunks_deleted": len(deletes),
     }
 
@@ -170,6 +188,37 @@ def test_one_edit_one_addition_one_deletion_are_exactly_the_delta(corpus, tmp_pa
     _apply(store, output)
     assert store == expected
     assert_document_chunks(rows_by_doc(output, "chunks")[EDITED], (corpus / EDITED).read_bytes())
+
+
+def test_a_front_matter_edit_moves_every_offset_but_changes_no_embedding_unless_it_changes_the_title(corpus, tmp_path):
+    output = tmp_path / "out"
+    run([corpus], output, "max_tokens=64", "overlap_tokens=0")
+    before = {row["chunk_id"]: row for row in rows(output, "chunks") if row["doc_id"] == "README.md"}
+    readme = corpus / "README.md"
+    readme.write_bytes(readme.read_bytes().replace(b"updated: 2024-05-01\n", b"updated: 2024-05-01\nreviewed: yes\n"))
+
+    summary = run([corpus], output, "max_tokens=64", "overlap_tokens=0")
+    upserts = rows(output, "changes/upserts")
+    # Every chunk of the document ends one line further down (the first one, holding the front matter, still
+    # starts on line 1) and is upserted; none needs a new embedding.
+    assert sorted(row["chunk_id"] for row in upserts) == sorted(before) and len(before) > 5
+    for row in upserts:
+        old = before[row["chunk_id"]]
+        assert (row["end_line"], row["end_char"]) == (old["end_line"] + 1, old["end_char"] + len("reviewed: yes\n"))
+        assert row["start_line"] == (1 if row["chunk_index"] == 0 else old["start_line"] + 1)
+    assert all(row["embed_text"] == before[row["chunk_id"]]["embed_text"] for row in upserts)
+    assert not any(row["embedding_changed"] for row in upserts)
+    assert summary.changes["chunks_upserted"] == len(before) and summary.changes["chunks_reembedded"] == 0
+    assert _changes(output)["README.md"]["chunks_reembedded"] == 0
+    assert "(0 to embed)" in summary.describe()
+
+    # The title is in every chunk's context line: a new title is a new embedding for each of them.
+    readme.write_bytes(readme.read_bytes().replace(b"title: Harbour Telemetry\n", b"title: Quay Telemetry\n"))
+    run([corpus], output, "max_tokens=64", "overlap_tokens=0")
+    upserts = rows(output, "changes/upserts")
+    assert sorted(row["chunk_id"] for row in upserts) == sorted(before)
+    assert all(row["embedding_changed"] and "Quay Telemetry" in row["embed_text"] for row in upserts)
+    assert _changes(output)["README.md"]["chunks_reembedded"] == len(before)
 
 
 @pytest.mark.parametrize("in_process_max_documents", [256, 0], ids=["in-process", "runner"])
@@ -344,3 +393,32 @@ def test_a_chunk_row_is_upserted_when_any_column_differs_even_an_empty_heading_o
     assert same_rows(new, old, position).to_pylist() == [False, True, False, False, True]
     unmatched = pc.index_in(pa.array(["b#0"]), value_set=old.column("chunk_id"))
     assert same_rows(new.slice(0, 1), old, unmatched).to_pylist() == [False]
+
+
+def test_an_embedding_changes_with_embed_text_alone_not_with_text_or_positions():
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from chunkline.dataset.merge import embedding_changed
+
+    old = pa.table(
+        {
+            "chunk_id": ["a#0", "a#1", "a#2"],
+            "text": ["---\ntags: [x]\n---\n# Setup\n", "Set the port.", "Restart."],
+            "embed_text": ["Setup", "Setup\n\nSet the port.", "Setup\n\nRestart."],
+            "start_char": [0, 30, 44],
+        }
+    )
+    new = pa.table(
+        {
+            "chunk_id": ["a#0", "a#1", "a#2", "a#3"],
+            # a#0: only the front matter in text changed; a#1: moved; a#2: same text, new context; a#3: new.
+            "text": ["---\ntags: [x, y]\n---\n# Setup\n", "Set the port.", "Restart.", "Check the log."],
+            "embed_text": ["Setup", "Setup\n\nSet the port.", "Setup > Ports\n\nRestart.", "Setup\n\nCheck the log."],
+            "start_char": [0, 33, 47, 56],
+        }
+    )
+    position = pc.index_in(new.column("chunk_id"), value_set=old.column("chunk_id"))
+    assert embedding_changed(new, old, position).to_pylist() == [False, False, True, True]
+    unmatched = pc.index_in(pa.array(["b#0"]), value_set=old.column("chunk_id"))
+    assert embedding_changed(new.slice(0, 1), old, unmatched).to_pylist() == [True]
