@@ -97,7 +97,9 @@ class _PublishRunFn(beam.DoFn):
     def __init__(self, config: RunConfig, run_id: str, plan: RebuildPlan, base_snapshot: str | None):
         self._config = config
         self._run_id = run_id
+        # Without its read list and carried documents, which can be long; what the manifest says of them stays.
         self._plan = dataclasses.replace(plan, to_chunk=[], carried={})
+        self._rebuild = {**plan.describe(), "in_process": False}
         self._base_snapshot = base_snapshot
 
     def process(self, _: Any, parts: list[str]) -> Iterator[str]:
@@ -131,7 +133,7 @@ class _PublishRunFn(beam.DoFn):
             fields = run_manifest_fields(
                 config, self._plan, in_process=False, pipeline_seconds=0.0, counts=counts, changes=changes
             )
-            fields["timings"] = {}
+            fields.update(rebuild=self._rebuild, timings={})
             publish_run(
                 output_url,
                 run_id,

@@ -10,6 +10,7 @@ when another run published after the pipeline was built, or when the pipeline fa
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +22,8 @@ from apache_beam.dataframe.convert import to_dataframe, to_pcollection
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing.util import assert_that, equal_to
 
+from chunkline.dataset.publish import read_dataset, read_manifest
+from chunkline.dataset.rebuild import plan_rebuild
 from chunkline.dataset.settings import InputConfig, load_run_config
 from chunkline.schemas import CHUNKS_SCHEMA
 from chunkline.schemas.chunks import field
@@ -229,3 +232,43 @@ def test_a_failed_pipeline_publishes_nothing(corpus_and_reference, tmp_path):
         pipeline.run().wait_until_finish()
     assert manifest(output)["run_id"] == published["run_id"]
     assert manifest(output)["snapshots"] == [published["run_id"]]
+
+
+def test_with_a_plan_the_pipeline_carries_unchanged_documents_over(corpus_and_reference, tmp_path):
+    root, _, _ = corpus_and_reference
+    corpus = tmp_path / "corpus"
+    shutil.copytree(root, corpus)
+    output = tmp_path / "incremental"
+    run([corpus], output, *OVERRIDES)
+    first = manifest(output)["run_id"]
+    edited = CORPUS["reference/glossary.md"] + b"\nbollard\n: a post on the quay.\n"
+    (corpus / "reference" / "glossary.md").write_bytes(edited)
+
+    config = config_for(corpus, output)
+    plan = plan_rebuild(config, read_manifest(str(output)), read_dataset(str(output), "documents"))
+    # The edited document, and the one in error (never carried over), go through the chunker.
+    chunked_ids = [doc_id for doc_id, _ in plan.to_chunk]
+    assert plan.incremental and chunked_ids == ["legacy/latin1.md", "reference/glossary.md"]
+    with chunkline_pipeline() as pipeline:
+        chunked = pipeline | ReadMarkdown(config, matched=plan.to_chunk) | ChunkMarkdown(config)
+        _ = chunked | WriteChunkDataset(config, plan=plan)
+
+    published = manifest(output)
+    assert published["rebuild"]["mode"] == "incremental" and published["rebuild"]["previous_snapshot"] == first
+    assert published["rebuild"]["documents_carried_over"] == len(CORPUS) - 1
+    assert published["changes"]["changed"] == 1 and published["changes"]["unchanged"] == len(CORPUS)
+    # Row for row and byte for byte what a full rebuild of the edited corpus writes.
+    rebuilt = tmp_path / "rebuilt"
+    run([corpus], rebuilt, *OVERRIDES)
+    tables = ("chunks", "documents", "errors")
+    assert table_digests(output, tables) == table_digests(rebuilt, tables)
+
+
+def test_the_readme_shows_the_examples_pipeline():
+    readme = (EXAMPLE.parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Use chunkline in your own Beam pipeline", 1)[1].split("\n## ", 1)[0]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    example = EXAMPLE.read_text(encoding="utf-8")
+    for name in ("check_chunk", "build_pipeline"):
+        definition = f"def {name}" + example.split(f"\ndef {name}", 1)[1].split("\n\n\n", 1)[0]
+        assert definition in code, f"the README's {name} is not the example's"
