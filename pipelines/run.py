@@ -83,7 +83,9 @@ logger = logging.getLogger("chunkline")
 
 @dataclass(frozen=True)
 class RunSummary:
-    """What a finished run produced."""
+    """What a finished run produced. Documents, chunks, tokens and bytes are the pipeline's ``chunkline``
+    metrics when the runner reports them (the figures of its UI), else counted from the staged files; when
+    a run succeeds the two are the same."""
 
     output_url: str
     run_id: str

@@ -1,16 +1,23 @@
-"""``ChunkDocuments``: decode each file and chunk it with the configured strategy.
+"""``ChunkMarkdown`` and ``ChunkDocuments``: decode each file and chunk it with the configured strategy.
 
-The output has one element per document: the list of its ``(table, row)`` pairs, ``row`` a plain dict of
+:class:`ChunkMarkdown` is the public transform: its :class:`ChunkMarkdownResult` gives the ``chunks``,
+``documents`` and ``errors`` rows as schema'd PCollections (row types from
+:mod:`chunkline.transforms.rows`). Underneath it, :class:`ChunkDocuments` does the work, and
+its output has one element per document: the list of its ``(table, row)`` pairs, ``row`` a plain dict of
 one of the dataset's tables: ``chunks``, ``documents`` (exactly one row per input document, whatever
 became of it) and ``errors``. (One output rather than three tagged ones: the DaskRunner mixes up tagged
-outputs.) Bad input never raises: a binary file, invalid UTF-8 under ``encoding_errors: strict``, a file
-that was too large or could not be read, front matter that is refused, a document the parser or the
-strategy fails on, or rows that the tables cannot hold each become one ``errors`` row and a ``documents``
-row with status ``error``, and the run goes on. Every step that looks at a document runs inside that
+outputs. ``ChunkMarkdownResult`` picks each table from it in a step of its own, made only when asked
+for, so the writer of ``chunkline run`` takes the per-document lists as they are.)
+
+Bad input never raises: a binary file, invalid UTF-8 under ``encoding_errors: strict``, a file that was too
+large or could not be read, front matter that is refused, a document the parser or the strategy fails on,
+or rows that the tables cannot hold each become one ``errors`` row and a ``documents`` row with status
+``error``, and the run goes on. Every step that looks at a document runs inside that
 per-document handling.
 
 Decoding and the binary check are the dataset floor's (:mod:`chunkline.dataset.decoding`), shared with
-``chunkline chunk``. The tokenizer is loaded once per worker in ``DoFn.setup()``, from a local file (never the network).
+``chunkline chunk``. The tokenizer is loaded once per worker in ``DoFn.setup()``, from a local file (never
+the network). Each document is counted in the ``chunkline`` metrics (:mod:`chunkline.transforms.metrics`).
 """
 
 from __future__ import annotations
