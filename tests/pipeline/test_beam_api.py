@@ -5,7 +5,8 @@ it, in a process of its own, on the in-process FnApiRunner and on the DaskRunner
 cluster; every part file of every table must have the name and bytes of ``chunkline run``'s on the same
 input and config. The chunk rows are schema'd (``beam.Select``, ``to_dataframe``), error rows come out on
 their own, a row type follows a chunks schema with more columns, and the publish step refuses to publish
-when another run published after the pipeline was built, or when the pipeline failed.
+when another run published after the pipeline was built or holds the lock, when the snapshot would delete
+most documents, or when the pipeline failed; with a plan it carries unchanged documents over.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from apache_beam.dataframe.convert import to_dataframe, to_pcollection
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing.util import assert_that, equal_to
 
-from chunkline.dataset.publish import read_dataset, read_manifest
+from chunkline.dataset.publish import acquire_output_lock, read_dataset, read_manifest
 from chunkline.dataset.rebuild import plan_rebuild
 from chunkline.dataset.settings import InputConfig, load_run_config
 from chunkline.schemas import CHUNKS_SCHEMA
@@ -272,3 +273,34 @@ def test_the_readme_shows_the_examples_pipeline():
     for name in ("check_chunk", "build_pipeline"):
         definition = f"def {name}" + example.split(f"\ndef {name}", 1)[1].split("\n\n\n", 1)[0]
         assert definition in code, f"the README's {name} is not the example's"
+
+
+def test_publish_fails_while_another_run_holds_the_lock(corpus_and_reference, tmp_path):
+    root, _, _ = corpus_and_reference
+    output = tmp_path / "locked"
+    run([root], output, *OVERRIDES)
+    published = manifest(output)
+    config = config_for(root, output)
+    pipeline = chunkline_pipeline()
+    _ = pipeline | ReadMarkdown(config) | ChunkMarkdown(config) | WriteChunkDataset(config)
+    holder = acquire_output_lock(str(output), "20261201T000000.000000Z-a1b2c3")  # a live run, this process
+    try:
+        with pytest.raises(Exception, match=r"another chunkline run \(20261201T000000.000000Z-a1b2c3"):
+            pipeline.run().wait_until_finish()
+    finally:
+        holder.release()
+    assert manifest(output)["run_id"] == published["run_id"]
+
+
+def test_publish_refuses_a_snapshot_that_deletes_most_documents(corpus_and_reference, tmp_path):
+    root, _, _ = corpus_and_reference
+    output = tmp_path / "shrunk"
+    run([root], output, *OVERRIDES)
+    published = manifest(output)
+    only_guide = load_run_config(None, list(OVERRIDES), environ={}, inputs=[str(root / "guide")], output=str(output))
+    pipeline = chunkline_pipeline()
+    _ = pipeline | ReadMarkdown(only_guide) | ChunkMarkdown(only_guide) | WriteChunkDataset(only_guide)
+    with pytest.raises(Exception, match="more than output.max_deleted_fraction"):
+        pipeline.run().wait_until_finish()
+    assert manifest(output)["run_id"] == published["run_id"]
+    assert not (output / "_lock.json").exists()
