@@ -29,15 +29,15 @@ Three transforms make the pipeline ``chunkline run`` runs; any step of your own 
     against the previous snapshot, the manifest commit, the output lock at publishing, kept snapshots;
     incremental carry-over with a ``plan``). A pipeline that fails publishes nothing.
 
-Row types come from the Arrow schemas (:func:`row_type_for`), so a ``chunks`` table with more columns
-gets a row type with them. Metrics (namespace ``chunkline``: documents by status, carried over, chunks,
+Row types come from the Arrow schemas (:func:`row_type_for`; :func:`chunk_row_type` gives the one class of
+a ``chunks`` schema), so a ``chunks`` table with more columns gets a row type with them. Metrics (namespace ``chunkline``: documents by status, carried over, chunks,
 tokens, bytes) are in :mod:`chunkline.transforms.metrics`.
 """
 
 from chunkline.transforms.chunk import ChunkMarkdown, ChunkMarkdownResult
 from chunkline.transforms.dataset import WriteChunkDataset
 from chunkline.transforms.read import ReadMarkdown
-from chunkline.transforms.rows import ChunkRow, DocumentRow, ErrorRow, row_type_for
+from chunkline.transforms.rows import ChunkRow, DocumentRow, ErrorRow, chunk_row_type, row_type_for
 
 __all__ = [
     "ChunkMarkdown",
@@ -47,5 +47,6 @@ __all__ = [
     "ErrorRow",
     "ReadMarkdown",
     "WriteChunkDataset",
+    "chunk_row_type",
     "row_type_for",
 ]

@@ -45,7 +45,8 @@ from chunkline.structure import parse_markdown
 from chunkline.tokenizers import counter_for
 from chunkline.transforms.in_process import apply_in_process
 from chunkline.transforms.metrics import count_document
-from chunkline.transforms.rows import ChunkRow, DocumentRow, ErrorRow, row_from_dict
+from chunkline.transforms.rows import DocumentRow, ErrorRow, row_from_dict
+from chunkline.transforms.rows import chunk_row_type as chunk_row_type_for
 
 __all__ = ["CHUNKS", "DOCUMENTS", "ERRORS", "ChunkDocuments", "ChunkMarkdown", "ChunkMarkdownResult"]
 
@@ -353,7 +354,13 @@ class ChunkMarkdown(beam.PTransform):
         else:
             raise TypeError(f"ChunkMarkdown takes a RunConfig or a ChunkConfig, got {type(config).__name__}")
         self._documents = ChunkDocuments(chunking, encoding_errors, secrets)
-        self._row_types = {CHUNKS: chunk_row_type or ChunkRow, DOCUMENTS: DocumentRow, ERRORS: ErrorRow}
+        # The chunks table's schema decides the row type (a config that adds columns gets them as fields).
+        chunks_schema = TABLE_SCHEMAS[CHUNKS][0]
+        self._row_types = {
+            CHUNKS: chunk_row_type or chunk_row_type_for(chunks_schema),
+            DOCUMENTS: DocumentRow,
+            ERRORS: ErrorRow,
+        }
 
     def expand(self, sources: beam.PCollection[SourceFile]) -> ChunkMarkdownResult:
         per_document = sources | "ChunkDocuments" >> self._documents

@@ -29,7 +29,16 @@ from apache_beam.utils.timestamp import Timestamp
 
 from chunkline.schemas import CHUNKS_SCHEMA, DOCUMENTS_SCHEMA, ERRORS_SCHEMA
 
-__all__ = ["ChunkRow", "DocumentRow", "ErrorRow", "row_from_dict", "row_to_dict", "row_type_for", "value_converter"]
+__all__ = [
+    "ChunkRow",
+    "DocumentRow",
+    "ErrorRow",
+    "chunk_row_type",
+    "row_from_dict",
+    "row_to_dict",
+    "row_type_for",
+    "value_converter",
+]
 
 _INTEGERS = {
     pa.int8(): np.int8,
@@ -130,6 +139,27 @@ def row_to_dict(row: Any) -> dict[str, Any]:
 
 #: A row of the default ``chunks`` table (:data:`chunkline.schemas.CHUNKS_SCHEMA`).
 ChunkRow = row_type_for(CHUNKS_SCHEMA, "ChunkRow", module=__name__)
+
+_CHUNK_ROW_TYPES: dict[tuple[tuple[str, str, bool], ...], type] = {}
+
+
+def _columns(arrow_schema: pa.Schema) -> tuple[tuple[str, str, bool], ...]:
+    return tuple((field.name, str(field.type), field.nullable) for field in arrow_schema)
+
+
+_CHUNK_ROW_TYPES[_columns(CHUNKS_SCHEMA)] = ChunkRow
+
+
+def chunk_row_type(arrow_schema: pa.Schema = CHUNKS_SCHEMA) -> type:
+    """The row type of a ``chunks`` table with ``arrow_schema``: :data:`ChunkRow` for the default schema,
+    and one class per other set of columns (the same class each time it is asked for, so that the steps of
+    a pipeline agree on it)."""
+    columns = _columns(arrow_schema)
+    if columns not in _CHUNK_ROW_TYPES:
+        _CHUNK_ROW_TYPES[columns] = row_type_for(arrow_schema, "ChunkRow")
+    return _CHUNK_ROW_TYPES[columns]
+
+
 #: A row of the ``documents`` table: one per input document, whatever became of it.
 DocumentRow = row_type_for(DOCUMENTS_SCHEMA, "DocumentRow", module=__name__)
 #: A row of the ``errors`` table: one per document (or folder) that could not be chunked.

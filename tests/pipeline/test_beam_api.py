@@ -28,7 +28,15 @@ from chunkline.dataset.rebuild import plan_rebuild
 from chunkline.dataset.settings import InputConfig, load_run_config
 from chunkline.schemas import CHUNKS_SCHEMA
 from chunkline.schemas.chunks import field
-from chunkline.transforms import ChunkMarkdown, ChunkRow, ErrorRow, ReadMarkdown, WriteChunkDataset, row_type_for
+from chunkline.transforms import (
+    ChunkMarkdown,
+    ChunkRow,
+    ErrorRow,
+    ReadMarkdown,
+    WriteChunkDataset,
+    chunk_row_type,
+    row_type_for,
+)
 
 from .conftest import CORPUS, manifest, rows, run, table_digests, write_corpus, write_files
 
@@ -192,6 +200,9 @@ def test_a_row_type_follows_a_chunks_schema_with_more_columns():
     decoded = coder.decode(coder.encode(row))
     assert decoded._asdict() == row._asdict()
     assert pa.Table.from_pylist([decoded._asdict()], schema=schema).column("team").to_pylist() == ["docs"]
+    # One class per set of columns: the steps of a pipeline agree on it; the default schema's is ChunkRow.
+    assert chunk_row_type(schema) is chunk_row_type(schema) and chunk_row_type(schema)._fields[-1] == "team"
+    assert chunk_row_type(CHUNKS_SCHEMA) is ChunkRow
     with pytest.raises(TypeError, match="column 'when'"):
         row_type_for(pa.schema([pa.field("when", pa.duration("s"))]), "Unsupported")
 
