@@ -79,18 +79,6 @@ class _ChunkRowsAsTableRows:
         return [(CHUNKS, self._convert(values) if self._convert else values)]
 
 
-class _ShardPlans:
-    """Writes an incremental run's shard plans (a plan without its read list: only what the merges need)."""
-
-    def __init__(self, plan: RebuildPlan, config: RunConfig, staging: str):
-        self._plan = dataclasses.replace(plan, to_chunk=[])
-        self._config = config
-        self._staging = staging
-
-    def __call__(self) -> None:
-        write_shard_plans(self._plan, self._config, self._staging)
-
-
 class _PublishRunFn(beam.DoFn):
     """Publishes the run's snapshot once every part is written, with the output's lock held meanwhile."""
 
@@ -187,7 +175,8 @@ class WriteChunkDataset(beam.PTransform):
     how; the whole config is recorded in the manifest and decides whether a later ``chunkline run`` can
     carry rows over). ``plan`` (from :func:`~chunkline.dataset.rebuild.plan_rebuild`) makes the run
     incremental: its carried documents' rows are copied from the previous snapshot, and only ``plan.to_chunk``
-    must be read (``ReadMarkdown(config, matched=plan.to_chunk)``). Without one the run is a full rebuild,
+    must be read (``ReadMarkdown(config, matched=plan.to_chunk)``); the plan's files for the merges are
+    written into the run's staging area when the transform is applied. Without one the run is a full rebuild,
     its ``changes/`` against the snapshot published when the transform was built. ``run_id`` names the
     snapshot (a new one by default: build a new transform for each run)."""
 
@@ -226,11 +215,12 @@ class WriteChunkDataset(beam.PTransform):
             incremental=self.plan.incremental,
         )
 
-    def _tables(self) -> WriteChunkTables:
-        shard_plans = None
+    def _write_shard_plans(self) -> None:
+        """An incremental run's ``keep-<shard>.json`` files, written into the run's staging area by the
+        driver before the pipeline runs (the carried documents can be many: they stay out of the job's
+        graph). Nothing reads them until the merges, and no reader ever looks there."""
         if self.plan.incremental:
-            shard_plans = _ShardPlans(self.plan, self._config, self.settings.staging_url)
-        return WriteChunkTables(self.settings, write_shard_plans=shard_plans)
+            write_shard_plans(self.plan, self._config, self.settings.staging_url)
 
     def _extract_input_pvalues(self, pvalueish: Any) -> tuple[Any, dict[str, beam.pvalue.PValue]]:
         if not isinstance(pvalueish, ChunkMarkdownResult):
@@ -253,7 +243,8 @@ class WriteChunkDataset(beam.PTransform):
             rows = (other_rows, chunk_rows) | "AllRows" >> beam.Flatten()
         else:
             rows = result.per_document
-        parts = rows | "WriteChunkTables" >> self._tables()
+        self._write_shard_plans()
+        parts = rows | "WriteChunkTables" >> WriteChunkTables(self.settings)
         if not self._publish:
             return parts
         return (
@@ -269,4 +260,5 @@ class WriteChunkDataset(beam.PTransform):
     def write_in_process(self, rows: Any) -> list[str]:
         """The same writes without a runner, for per-document row lists (see
         :mod:`chunkline.transforms.in_process`); returns the part files' paths. Publishing is the caller's."""
-        return self._tables().write_in_process(rows)
+        self._write_shard_plans()
+        return WriteChunkTables(self.settings).write_in_process(rows)

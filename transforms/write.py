@@ -28,7 +28,7 @@ import io
 import posixpath
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -279,28 +279,16 @@ class _MergeShardFn(beam.DoFn):
 
 class WriteChunkTables(beam.PTransform):
     """Stage lists of ``(table, row)`` pairs (one list per document) as sorted Parquet files in the run's
-    snapshot folder, one per non-empty (table, shard), with the ``changes/`` tables; outputs their paths.
+    snapshot folder, one per non-empty (table, shard), with the ``changes/`` tables; outputs their paths."""
 
-    ``write_shard_plans``, when given, is called once in a step of its own before any shard is merged: it
-    writes an incremental run's ``keep-<shard>.json`` files (see :mod:`chunkline.dataset.rebuild`)."""
-
-    def __init__(self, settings: WriteSettings, write_shard_plans: Callable[[], None] | None = None):
+    def __init__(self, settings: WriteSettings):
         super().__init__()
         if settings.shards < 1:
             raise ValueError("shards must be >= 1")
         self._settings = settings
-        self._write_shard_plans = write_shard_plans
 
     def expand(self, rows: beam.PCollection[list[tuple[str, dict[str, Any]]]]) -> beam.PCollection[str]:
         spills_done = rows | "Spill" >> beam.ParDo(_SpillRowsFn(self._settings))
-        if self._write_shard_plans is not None:
-            write_plans = self._write_shard_plans
-            plans_done = (
-                rows.pipeline
-                | "ShardPlans" >> beam.Create([0])
-                | "WriteShardPlans" >> beam.Map(lambda zero: write_plans() or zero)
-            )
-            spills_done = (spills_done, plans_done) | "SpillsAndPlans" >> beam.Flatten()
         return (
             rows.pipeline
             | "Shards" >> beam.Create(list(range(self._settings.shards)))
@@ -310,8 +298,6 @@ class WriteChunkTables(beam.PTransform):
     def write_in_process(self, rows: Iterable[list[tuple[str, dict[str, Any]]]]) -> list[str]:
         """The same spills and merges without a runner (see :mod:`chunkline.transforms.in_process`);
         returns the paths of the part files."""
-        if self._write_shard_plans is not None:
-            self._write_shard_plans()
         spills_done = list(apply_in_process(_SpillRowsFn(self._settings), rows))
         shards = range(self._settings.shards)
         return list(apply_in_process(_MergeShardFn(self._settings), shards, spills_done=spills_done))
