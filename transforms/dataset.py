@@ -152,19 +152,17 @@ class _PublishRunFn(beam.DoFn):
             )
 
 
-def _base_plan(config: RunConfig) -> RebuildPlan:
-    """A full rebuild whose ``changes/`` compare with the snapshot the output publishes now (read when the
-    transform is built; a damaged root manifest raises here, before the pipeline runs)."""
+def _base_plan(config: RunConfig) -> tuple[RebuildPlan, str | None]:
+    """(a full rebuild whose ``changes/`` compare with the snapshot the output publishes now, that snapshot)
+    read when the transform is built; a damaged root manifest raises here, before the pipeline runs."""
     output_url = config.output.url or ""
-    if published_snapshot_strict(config) is None:
-        manifest = None
-    else:
-        manifest = read_manifest(output_url, config.output.storage_options)
+    published = published_snapshot_strict(config)
+    manifest = read_manifest(output_url, config.output.storage_options) if published is not None else None
     plan = plan_rebuild(config, manifest, None, InputListing())
-    against = f"changes/ against snapshot {plan.previous.snapshot}" if plan.previous else "no snapshot before it"
+    against = f"changes/ against snapshot {plan.previous.snapshot}" if plan.previous else "no snapshot to compare with"
     plan.reason = f"full rebuild in a pipeline of chunkline's transforms, {against}"
     plan.listed = False
-    return plan
+    return plan, published
 
 
 class WriteChunkDataset(beam.PTransform):
@@ -196,8 +194,15 @@ class WriteChunkDataset(beam.PTransform):
         self._config = config
         self.run_id = run_id or new_run_id()
         self._publish = publish
-        self.plan = plan if plan is not None else _base_plan(config) if publish else RebuildPlan("full", "")
-        self._base_snapshot = self.plan.previous.snapshot if self.plan.previous else None
+        if not publish:
+            self.plan, self._base_snapshot = plan or RebuildPlan("full", ""), None
+        elif plan is None:
+            self.plan, self._base_snapshot = _base_plan(config)
+        else:
+            # What the plan builds on; a plan with nothing to compare with (an older schema) builds on
+            # whatever is published now.
+            self.plan = plan
+            self._base_snapshot = plan.previous.snapshot if plan.previous else published_snapshot_strict(config)
 
     @property
     def settings(self) -> WriteSettings:
