@@ -349,6 +349,26 @@ def _publish(
     )
 
 
+_FIGURES = ("documents_ok", "documents_error", "documents_skipped", "chunks", "tokens", "input_bytes")
+
+
+def _summary_figures(metric_counts: dict[str, int] | None, staged: dict[str, int]) -> dict[str, int]:
+    """The summary's figures: the pipeline's metrics, which the runner's UI shows, when it reported them;
+    otherwise (no runner, or one without metrics) the staged files' counts. Metrics that disagree with the
+    files (a runner that counts a retried bundle twice) are reported, and the files' counts are shown."""
+    if metric_counts is None:
+        return staged
+    differ = [name for name in _FIGURES if metric_counts[name] != staged[name]]
+    if differ:
+        logger.warning(
+            "chunkline: the pipeline's metrics disagree with the snapshot's files on %s; the summary shows the "
+            "files' counts",
+            ", ".join(f"{name} ({metric_counts[name]} vs {staged[name]})" for name in differ),
+        )
+        return staged
+    return metric_counts
+
+
 def run_pipeline(config: RunConfig, beam_args: list[str] | None = None) -> RunSummary:
     """Run the pipeline for ``config`` and publish its snapshot; returns the run's summary.
 
@@ -405,8 +425,7 @@ def run_pipeline(config: RunConfig, beam_args: list[str] | None = None) -> RunSu
         lock.release()
     total_seconds = time.perf_counter() - started
     errors = read_dataset(output_url, "errors", storage_options=storage_options).to_pylist()
-    # The figures the runner's UI shows; without a runner (or metrics from it), the staged files' counts.
-    figures = metric_counts if metric_counts is not None else counts
+    figures = _summary_figures(metric_counts, counts)
     return RunSummary(
         output_url=output_url,
         run_id=published.run_id,
