@@ -291,6 +291,15 @@ class ChunkMarkdownResult:
         self._tables: dict[str, beam.PCollection] = {}
         self._replaced_chunks: beam.PCollection | None = None
 
+    def __or__(self, transform: beam.PTransform) -> Any:
+        # Only a writer of the whole result takes it; any other step goes on one of its PCollections.
+        if getattr(transform, "takes_chunk_markdown_result", False):
+            return transform.__ror__(self)
+        raise TypeError(
+            "apply your step to result.chunks, result.documents or result.errors; only WriteChunkDataset takes "
+            "ChunkMarkdown's whole result"
+        )
+
     @property
     def chunks_replaced(self) -> bool:
         """True when :meth:`with_chunks` gave the chunks (the writer then writes those)."""

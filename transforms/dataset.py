@@ -178,6 +178,8 @@ class WriteChunkDataset(beam.PTransform):
     its ``changes/`` against the snapshot published when the transform was built. ``run_id`` names the
     snapshot (a new one by default: build a new transform for each run)."""
 
+    takes_chunk_markdown_result = True
+
     def __init__(
         self,
         config: RunConfig,

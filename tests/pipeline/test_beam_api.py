@@ -160,6 +160,8 @@ def test_error_rows_come_out_on_their_own(corpus_and_reference):
     with chunkline_pipeline() as pipeline:
         chunked = pipeline | ReadMarkdown(config) | ChunkMarkdown(config)
         assert chunked.errors is chunked["errors"] and chunked.errors.element_type is ErrorRow
+        with pytest.raises(TypeError, match="apply your step to result.chunks"):
+            _ = chunked | beam.Map(print)
         errors = chunked.errors | "Errors" >> beam.Map(lambda row: (row.doc_id, row.stage, row.error_type))
         assert_that(errors, equal_to([("legacy/latin1.md", "decode", "InvalidUtf8")]), label="Errors")
         statuses = chunked.documents | "Statuses" >> beam.Map(lambda row: (row.doc_id, row.status))
