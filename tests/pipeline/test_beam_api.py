@@ -317,3 +317,22 @@ def test_publish_refuses_a_snapshot_that_deletes_most_documents(corpus_and_refer
         pipeline.run().wait_until_finish()
     assert manifest(output)["run_id"] == published["run_id"]
     assert not (output / "_lock.json").exists()
+
+
+def test_a_retried_publish_step_finds_its_run_published_and_publishes_nothing_more(corpus_and_reference, tmp_path):
+    from chunkline.transforms.dataset import _PublishRunFn
+    from chunkline.transforms.in_process import apply_in_process
+
+    root, _, _ = corpus_and_reference
+    output = tmp_path / "retried"
+    config = config_for(root, output)
+    write = WriteChunkDataset(config)
+    with chunkline_pipeline() as pipeline:
+        published_ids = pipeline | ReadMarkdown(config) | ChunkMarkdown(config) | write
+        assert_that(published_ids, equal_to([write.run_id]))
+    published = manifest(output)
+    files = table_digests(output, ALL_TABLES)
+    # The step's bundle runs again (its worker was lost after the commit): same run, nothing new.
+    again = list(apply_in_process(_PublishRunFn(config, write.run_id, write.plan, None), [None], parts=[]))
+    assert again == [write.run_id]
+    assert manifest(output) == published and table_digests(output, ALL_TABLES) == files
