@@ -5,8 +5,14 @@
     list_inputs                                          (one listing; a missing or empty input publishes nothing)
     acquire_output_lock                                  (one run writes an output at a time)
     plan_rebuild                                         (full, or incremental against the last snapshot)
-    ReadMarkdown -> ChunkDocuments -> WriteChunkTables    (one Beam pipeline, reading what was listed)
+    ReadMarkdown -> ChunkMarkdown -> WriteChunkDataset   (one Beam pipeline, reading what was listed)
     publish_run                                          (after the pipeline succeeded: a new snapshot)
+
+The transforms are the public ones of :mod:`chunkline.transforms`; the writer runs with ``publish=False``,
+since here the driver holds the output's lock from before planning until after publishing. The run's
+progress lines and summary are the pipeline's Beam metrics (:mod:`chunkline.transforms.metrics`), the
+figures a runner's UI shows; a run without a runner (an incremental run's few documents, in process) counts
+its staged files instead.
 
 The publish guard: an input whose root is missing or cannot be listed, or that matches no file, fails the
 run before anything is written (:class:`~chunkline.dataset.rebuild.PublishRefusedError`, exit status 1
@@ -25,13 +31,9 @@ the README on distributed runners.
 from __future__ import annotations
 
 import logging
-import platform
 import posixpath
-import secrets
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +45,6 @@ from apache_beam.runners.portability.portable_runner import JobServiceHandle
 from fsspec.core import split_protocol, url_to_fs
 from fsspec.registry import get_filesystem_class
 
-from chunkline import __version__
 from chunkline.dataset.inputs import glob_root
 from chunkline.dataset.publish import (
     OutputState,
@@ -51,26 +52,22 @@ from chunkline.dataset.publish import (
     discard_run,
     publish_run,
     read_dataset,
-    read_manifest,
-    snapshot_url,
-    staging_url,
     verify_output,
 )
-from chunkline.dataset.rebuild import (
-    InputListing,
-    PublishRefusedError,
-    RebuildPlan,
-    list_inputs,
-    plan_rebuild,
-    rebuild_fingerprint,
-    write_shard_plans,
-)
+from chunkline.dataset.rebuild import InputListing, RebuildPlan, list_inputs, plan_rebuild
 from chunkline.dataset.settings import RunConfig
-from chunkline.dataset.storage import list_files, scrub_secrets, storage_url, with_storage_retries
+from chunkline.dataset.staged import (
+    change_counts,
+    new_run_id,
+    published_snapshot,
+    refuse_mass_deletion,
+    run_manifest_fields,
+    staged_counts,
+)
+from chunkline.dataset.storage import scrub_secrets
 from chunkline.settings import ConfigError
-from chunkline.transforms.chunk import ChunkDocuments
-from chunkline.transforms.read import ReadMarkdown
-from chunkline.transforms.write import WriteChunkTables, WriteSettings
+from chunkline.transforms import ChunkMarkdown, ReadMarkdown, WriteChunkDataset
+from chunkline.transforms.metrics import run_counts
 
 __all__ = [
     "RunSummary",
@@ -86,7 +83,9 @@ logger = logging.getLogger("chunkline")
 
 @dataclass(frozen=True)
 class RunSummary:
-    """What a finished run produced."""
+    """What a finished run produced. Documents, chunks, tokens and bytes are the pipeline's ``chunkline``
+    metrics when the runner reports them (the figures of its UI), else counted from the staged files; when
+    a run succeeds the two are the same."""
 
     output_url: str
     run_id: str
@@ -135,12 +134,6 @@ class RunSummary:
         if len(self.errors) > 10:
             lines.append(f"  ... and {len(self.errors) - 10} more in {self.output_url}/errors")
         return "\n".join(lines)
-
-
-def new_run_id() -> str:
-    """A run id that sorts by start time, to the microsecond: ``20261130T101500.123456Z-3f9a1c`` (it names
-    the run's snapshot, and snapshots are kept newest first by it)."""
-    return f"{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S.%fZ')}-{secrets.token_hex(3)}"
 
 
 def _location(url: str) -> tuple[str, str] | None:
@@ -203,39 +196,27 @@ def _pipeline_options(config: RunConfig, beam_args: list[str]) -> tuple[Any, Pip
 
 def _transforms(
     config: RunConfig, run_id: str, plan: RebuildPlan
-) -> tuple[ReadMarkdown, ChunkDocuments, WriteChunkTables]:
+) -> tuple[ReadMarkdown, ChunkMarkdown, WriteChunkDataset]:
     """The read, chunk and write transforms of one run (all documents, or those an incremental plan names)."""
-    secret_values = tuple(config.secrets())
-    output_url = config.output.url or ""
-    settings = WriteSettings(
-        staging_url=staging_url(output_url, run_id),
-        snapshot_url=snapshot_url(output_url, run_id),
-        shards=config.output.shards,
-        row_group_rows=config.output.row_group_rows,
-        compression=config.output.compression,
-        storage_options=dict(config.output.storage_options),
-        secrets=secret_values,
-        previous=plan.previous,
-        incremental=plan.incremental,
-    )
     # The driver's listing, when it made one, is what the pipeline reads: the guard and the plan judged it,
     # and a second listing in the pipeline could see another input (a folder unmounted in between). On a
     # distributed runner the listing travels in the job's graph, as an incremental run's plan always has.
     matched = plan.to_chunk if plan.listed else None
     return (
-        ReadMarkdown(config.input, secret_values, matched=matched),
-        ChunkDocuments(config.chunking, config.input.encoding_errors, secret_values),
-        WriteChunkTables(settings),
+        ReadMarkdown(config, matched=matched),
+        ChunkMarkdown(config),
+        # Staged only: the driver holds the lock and publishes once the pipeline succeeded.
+        WriteChunkDataset(config, plan=plan, run_id=run_id, publish=False),
     )
 
 
 def build_pipeline(pipeline: beam.Pipeline, config: RunConfig, run_id: str, plan: RebuildPlan | None = None) -> None:
     """Add chunkline's transforms to ``pipeline``: read, chunk and write the snapshot of one run (all
-    documents, or with an incremental ``plan`` only those it names)."""
+    documents, or with an incremental ``plan`` only those it names); publishing is the caller's."""
     read, chunk, write = _transforms(config, run_id, plan or RebuildPlan("full", ""))
     sources = pipeline | "ReadMarkdown" >> read
-    rows = sources | "ChunkDocuments" >> chunk
-    _ = rows | "WriteChunkTables" >> write
+    chunked = sources | "ChunkMarkdown" >> chunk
+    _ = chunked | "WriteChunkDataset" >> write
 
 
 def _run_in_process(config: RunConfig, run_id: str, plan: RebuildPlan) -> None:
@@ -244,15 +225,37 @@ def _run_in_process(config: RunConfig, run_id: str, plan: RebuildPlan) -> None:
     write.write_in_process(chunk.chunk_in_process(read.read_in_process()))
 
 
-def _versions(config: RunConfig) -> dict[str, str]:
-    versions = {"chunkline": __version__, "python": platform.python_version()}
-    for package in ("apache-beam", "pyarrow", "tiktoken", "markdown-it-py", "fsspec"):
+_PROGRESS_SECONDS = 10.0
+_DONE_STATES = ("DONE", "FAILED", "CANCELLED", "UPDATED", "DRAINED")
+
+
+def _state(result: Any) -> str:
+    return str(getattr(result, "state", "DONE")).rsplit(".", 1)[-1]
+
+
+def _progress_line(counts: dict[str, int]) -> str:
+    documents = counts["documents_ok"] + counts["documents_error"] + counts["documents_skipped"]
+    return (
+        f"chunkline: {documents} documents so far ({counts['documents_ok']} ok, {counts['documents_error']} "
+        f"error, {counts['documents_skipped']} skipped, {counts['documents_carried_over']} carried over), "
+        f"{counts['chunks']:,} chunks, {counts['tokens']:,} tokens, {counts['input_bytes'] / 1e6:.1f} MB"
+    )
+
+
+def _wait_with_progress(result: Any) -> None:
+    """Wait for the pipeline, logging its metrics every few seconds while it runs (a runner that runs the
+    job before ``run()`` returns, like the in-process one, is done at once)."""
+    while _state(result) not in _DONE_STATES:
         try:
-            versions[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            versions[package] = "unknown"
-    versions["tokenizer"] = config.chunking.tokenizer
-    return versions
+            result.wait_until_finish(duration=int(_PROGRESS_SECONDS * 1000))
+        except TypeError:  # a runner whose result waits only to the end
+            break
+        if _state(result) in _DONE_STATES:
+            break
+        counts = run_counts(result)
+        if counts is not None:
+            logger.info("%s", _progress_line(counts))
+    result.wait_until_finish()
 
 
 @dataclass(frozen=True)
@@ -322,18 +325,9 @@ def _plan(config: RunConfig, previous: _PreviousState, listing: InputListing) ->
     return plan
 
 
-def _published_snapshot(config: RunConfig) -> str | None:
-    """The snapshot the output's root manifest names now (None if there is none or it cannot be read)."""
-    try:
-        return read_manifest(config.output.url or "", config.output.storage_options).get("snapshot")
-    except Exception:
-        return None
-
-
 def _publish(
-    output_url: str,
-    run_id: str,
     config: RunConfig,
+    run_id: str,
     plan: RebuildPlan,
     in_process: bool,
     pipeline_seconds: float,
@@ -342,28 +336,39 @@ def _publish(
     lock,
     previous_kept: tuple[str, ...] | None = None,
 ):
+    fields = run_manifest_fields(
+        config, plan, in_process=in_process, pipeline_seconds=pipeline_seconds, counts=counts, changes=changes
+    )
     return publish_run(
-        output_url,
+        config.output.url or "",
         run_id,
-        {
-            "config": config.to_public_dict(),
-            "chunking_fingerprint": config.chunking.fingerprint(),
-            "rebuild_fingerprint": rebuild_fingerprint(config),
-            "rebuild": {**plan.describe(), "in_process": in_process},
-            "changes": changes,
-            # No snapshot to compare with: changes/ holds every document as added, and a loader that holds
-            # an earlier state must reload in full rather than apply it as a delta.
-            "full_reload": plan.previous is None,
-            "versions": _versions(config),
-            "counts": counts,
-            "timings": {"pipeline_seconds": round(pipeline_seconds, 3)},
-        },
+        fields,
         config.output.storage_options,
         secrets=tuple(config.secrets()),
         keep=config.output.keep,
         lock=lock,
         previous_kept=None if previous_kept is None else list(previous_kept),
     )
+
+
+_FIGURES = ("documents_ok", "documents_error", "documents_skipped", "chunks", "tokens", "input_bytes")
+
+
+def _summary_figures(metric_counts: dict[str, int] | None, staged: dict[str, int]) -> dict[str, int]:
+    """The summary's figures: the pipeline's metrics, which the runner's UI shows, when it reported them;
+    otherwise (no runner, or one without metrics) the staged files' counts. Metrics that disagree with the
+    files (a runner that counts a retried bundle twice) are reported, and the files' counts are shown."""
+    if metric_counts is None:
+        return staged
+    differ = [name for name in _FIGURES if metric_counts[name] != staged[name]]
+    if differ:
+        logger.warning(
+            "chunkline: the pipeline's metrics disagree with the snapshot's files on %s; the summary shows the "
+            "files' counts",
+            ", ".join(f"{name} ({metric_counts[name]} vs {staged[name]})" for name in differ),
+        )
+        return staged
+    return metric_counts
 
 
 def run_pipeline(config: RunConfig, beam_args: list[str] | None = None) -> RunSummary:
@@ -382,6 +387,7 @@ def run_pipeline(config: RunConfig, beam_args: list[str] | None = None) -> RunSu
     lock = acquire_output_lock(
         output_url, run_id, storage_options, expiry_seconds=config.output.lock_expiry_seconds, secrets=secret_values
     )
+    metric_counts = None
     try:
         previous = _previous_state(config)
         plan = _plan(config, previous, listing)
@@ -395,145 +401,45 @@ def run_pipeline(config: RunConfig, beam_args: list[str] | None = None) -> RunSu
             build_pipeline(pipeline, config, run_id, plan)
         logger.info("chunkline: run %s reading %s", run_id, ", ".join(config.input.paths))
         try:
-            if plan.incremental:
-                write_shard_plans(plan, config, staging_url(output_url, run_id))
             if in_process:
                 _run_in_process(config, run_id, plan)
             else:
-                pipeline.run().wait_until_finish()
+                result = pipeline.run()
+                _wait_with_progress(result)
+                metric_counts = run_counts(result)
         except BaseException:
             discard_run(output_url, run_id, storage_options)
             raise
         pipeline_seconds = time.perf_counter() - started
         try:
-            counts = _staged_counts(output_url, run_id, config)
-            changes = _change_counts(output_url, run_id, config)
+            counts = staged_counts(output_url, run_id, config)
+            changes = change_counts(output_url, run_id, config)
             before = changes["deleted"] + changes["changed"] + changes["unchanged"]
             refuse_mass_deletion(config, changes["deleted"], before, plan)
             published = _publish(
-                output_url,
-                run_id,
-                config,
-                plan,
-                in_process,
-                pipeline_seconds,
-                counts,
-                changes,
-                lock,
-                previous.output.kept,
+                config, run_id, plan, in_process, pipeline_seconds, counts, changes, lock, previous.output.kept
             )
         except BaseException:
-            if _published_snapshot(config) != run_id:  # failed before the commit point: nothing of it is visible
+            if published_snapshot(config) != run_id:  # failed before the commit point: nothing of it is visible
                 discard_run(output_url, run_id, storage_options)
             raise
     finally:
         lock.release()
     total_seconds = time.perf_counter() - started
     errors = read_dataset(output_url, "errors", storage_options=storage_options).to_pylist()
+    figures = _summary_figures(metric_counts, counts)
     return RunSummary(
         output_url=output_url,
         run_id=published.run_id,
-        documents_ok=counts["documents_ok"],
-        documents_error=counts["documents_error"],
-        documents_skipped=counts["documents_skipped"],
-        chunks=counts["chunks"],
-        tokens=counts["tokens"],
-        input_bytes=counts["input_bytes"],
+        documents_ok=figures["documents_ok"],
+        documents_error=figures["documents_error"],
+        documents_skipped=figures["documents_skipped"],
+        chunks=figures["chunks"],
+        tokens=figures["tokens"],
+        input_bytes=figures["input_bytes"],
         pipeline_seconds=pipeline_seconds,
         total_seconds=total_seconds,
         errors=errors,
         rebuild=plan.describe(),
         changes=changes,
     )
-
-
-def refuse_mass_deletion(config: RunConfig, deleted: int, before: int, plan: RebuildPlan) -> None:
-    """Raise :class:`PublishRefusedError` when the new snapshot would delete more than
-    ``output.max_deleted_fraction`` of the ``before`` documents of the previous one and ``run.allow_deletes``
-    is not set: a scheduled run over an input that lost most of its files is far more often a mistake (a
-    wrong path, a half-synced bucket) than an intent, and a vector store synced from it would be emptied."""
-    limit = config.output.max_deleted_fraction
-    if config.run.allow_deletes or before <= 0 or deleted <= limit * before:
-        return
-    snapshot = (
-        f"snapshot {plan.previous.snapshot}" if plan.previous and plan.previous.snapshot else "the published snapshot"
-    )
-    raise PublishRefusedError(
-        f"this run would delete {deleted} of the {before} documents of {snapshot} at {config.output.url} "
-        f"({deleted / before:.0%}), more than output.max_deleted_fraction ({limit:g}); nothing was published. "
-        "Check the input; if those documents are meant to go, run again with --allow-deletes "
-        "(run.allow_deletes: true)"
-    )
-
-
-def _change_counts(output_url: str, run_id: str, config: RunConfig) -> dict[str, int]:
-    """Documents per change kind and chunk upserts and deletes, from the snapshot's changes/documents."""
-    import pyarrow.compute as pc
-
-    fs, root = url_to_fs(snapshot_url(output_url, run_id), **config.output.storage_options)
-    counts = dict.fromkeys(("added", "changed", "deleted", "unchanged"), 0)
-    counts |= {"chunks_upserted": 0, "chunks_reembedded": 0, "chunks_deleted": 0}
-    folder = f"{root.rstrip('/')}/changes/documents"
-    for path in list_files(fs, folder, tuple(config.secrets())):
-        part = with_storage_retries(
-            lambda path=path: _read_columns(
-                fs, path, ["change", "chunks_upserted", "chunks_reembedded", "chunks_deleted"]
-            ),
-            storage_url(fs, path),
-            "read",
-            secrets=tuple(config.secrets()),
-        )
-        for kind in ("added", "changed", "deleted", "unchanged"):
-            counts[kind] += pc.sum(pc.equal(part["change"], kind)).as_py() or 0
-        for column in ("chunks_upserted", "chunks_reembedded", "chunks_deleted"):
-            counts[column] += pc.sum(part[column]).as_py() or 0
-    return counts
-
-
-def _staged_counts(output_url: str, run_id: str, config: RunConfig) -> dict[str, int]:
-    import pyarrow.compute as pc
-
-    secret_values = tuple(config.secrets())
-    fs, root = url_to_fs(snapshot_url(output_url, run_id), **config.output.storage_options)
-    counts = {
-        "documents_ok": 0,
-        "documents_error": 0,
-        "documents_skipped": 0,
-        "chunks": 0,
-        "tokens": 0,
-        "input_bytes": 0,
-        "errors": 0,
-    }
-    for table, columns in (
-        ("documents", ["status", "size_bytes", "content_sha256"]),
-        ("chunks", ["token_count"]),
-        ("errors", ["stage"]),
-    ):
-        folder = f"{root.rstrip('/')}/{table}"
-        for path in list_files(fs, folder, secret_values):
-            part = with_storage_retries(
-                lambda path=path, columns=columns: _read_columns(fs, path, columns),
-                storage_url(fs, path),
-                "read",
-                secrets=secret_values,
-            )
-            if table == "documents":
-                for status in ("ok", "error", "skipped"):
-                    counts[f"documents_{status}"] += pc.sum(pc.equal(part["status"], status)).as_py() or 0
-                # Bytes read only: a file too large to read has its size in the row, but no content hash.
-                read = pc.is_valid(part["content_sha256"])
-                counts["input_bytes"] += pc.sum(pc.if_else(read, part["size_bytes"], 0)).as_py() or 0
-            elif table == "chunks":
-                counts["chunks"] += part.num_rows
-                counts["tokens"] += pc.sum(part["token_count"]).as_py() or 0
-            else:
-                counts["errors"] += part.num_rows
-    return counts
-
-
-def _read_columns(fs, path: str, columns: list[str]):
-    """``columns`` of the Parquet file at ``path`` (only their column chunks are read)."""
-    import pyarrow.parquet as pq
-
-    with fs.open(path, "rb") as handle:
-        return pq.ParquetFile(handle).read(columns=columns)

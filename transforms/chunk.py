@@ -1,16 +1,23 @@
-"""``ChunkDocuments``: decode each file and chunk it with the configured strategy.
+"""``ChunkMarkdown`` and ``ChunkDocuments``: decode each file and chunk it with the configured strategy.
 
-The output has one element per document: the list of its ``(table, row)`` pairs, ``row`` a plain dict of
+:class:`ChunkMarkdown` is the public transform: its :class:`ChunkMarkdownResult` gives the ``chunks``,
+``documents`` and ``errors`` rows as schema'd PCollections (row types from
+:mod:`chunkline.transforms.rows`). Underneath it, :class:`ChunkDocuments` does the work, and
+its output has one element per document: the list of its ``(table, row)`` pairs, ``row`` a plain dict of
 one of the dataset's tables: ``chunks``, ``documents`` (exactly one row per input document, whatever
 became of it) and ``errors``. (One output rather than three tagged ones: the DaskRunner mixes up tagged
-outputs.) Bad input never raises: a binary file, invalid UTF-8 under ``encoding_errors: strict``, a file
-that was too large or could not be read, front matter that is refused, a document the parser or the
-strategy fails on, or rows that the tables cannot hold each become one ``errors`` row and a ``documents``
-row with status ``error``, and the run goes on. Every step that looks at a document runs inside that
+outputs. ``ChunkMarkdownResult`` picks each table from it in a step of its own, made only when asked
+for, so the writer of ``chunkline run`` takes the per-document lists as they are.)
+
+Bad input never raises: a binary file, invalid UTF-8 under ``encoding_errors: strict``, a file that was too
+large or could not be read, front matter that is refused, a document the parser or the strategy fails on,
+or rows that the tables cannot hold each become one ``errors`` row and a ``documents`` row with status
+``error``, and the run goes on. Every step that looks at a document runs inside that
 per-document handling.
 
 Decoding and the binary check are the dataset floor's (:mod:`chunkline.dataset.decoding`), shared with
-``chunkline chunk``. The tokenizer is loaded once per worker in ``DoFn.setup()``, from a local file (never the network).
+``chunkline chunk``. The tokenizer is loaded once per worker in ``DoFn.setup()``, from a local file (never
+the network). Each document is counted in the ``chunkline`` metrics (:mod:`chunkline.transforms.metrics`).
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ import json
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -30,14 +37,18 @@ import pyarrow as pa
 from chunkline.config import ChunkConfig
 from chunkline.dataset.decoding import BinaryFileError, decode_file
 from chunkline.dataset.inputs import FileProblem, SourceFile
+from chunkline.dataset.settings import RunConfig
 from chunkline.dataset.storage import scrub_secrets
 from chunkline.engine import chunk_document
 from chunkline.schemas import TABLE_SCHEMAS
 from chunkline.structure import parse_markdown
 from chunkline.tokenizers import counter_for
 from chunkline.transforms.in_process import apply_in_process
+from chunkline.transforms.metrics import count_document
+from chunkline.transforms.rows import DocumentRow, ErrorRow, row_from_dict
+from chunkline.transforms.rows import chunk_row_type as chunk_row_type_for
 
-__all__ = ["ChunkDocuments", "CHUNKS", "DOCUMENTS", "ERRORS"]
+__all__ = ["CHUNKS", "DOCUMENTS", "ERRORS", "ChunkDocuments", "ChunkMarkdown", "ChunkMarkdownResult"]
 
 CHUNKS, DOCUMENTS, ERRORS = "chunks", "documents", "errors"
 
@@ -67,7 +78,7 @@ class _ChunkDocumentsFn(beam.DoFn):
         looks at the document's bytes, text or front matter runs in here, so that whatever one document
         holds becomes its own error row and never an exception out of the DoFn (which would fail the run)."""
         if source.problem is not None:
-            return list(self._problem_rows(source, source.problem))
+            return _counted(list(self._problem_rows(source, source.problem)))
         data = source.data or b""
         document_row = self._document_row(source, data)
         try:
@@ -77,8 +88,9 @@ class _ChunkDocumentsFn(beam.DoFn):
             # A fresh row: the failed one may hold half of an ok row's values; how it decoded still holds.
             failed_row = self._document_row(source, data)
             failed_row["encoding"] = document_row["encoding"]
-            return list(self._problem_rows(source, failure, failed_row))
+            return _counted(list(self._problem_rows(source, failure, failed_row)))
         self._progress(len(data))
+        count_document(document_row, [row["token_count"] for table, row in rows if table == CHUNKS])
         return rows
 
     def _chunk_rows(
@@ -183,6 +195,14 @@ class _ChunkDocumentsFn(beam.DoFn):
             )
 
 
+def _counted(rows: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
+    """``rows`` of a document that did not chunk, its ``documents`` row (if it has one) counted."""
+    for table, row in rows:
+        if table == DOCUMENTS:
+            count_document(row, [])
+    return rows
+
+
 class _Problem(Exception):
     def __init__(self, stage: str, error_type: str, message: str):
         super().__init__(message)
@@ -239,3 +259,122 @@ class ChunkDocuments(beam.PTransform):
     def chunk_in_process(self, sources: Iterable[SourceFile]) -> Iterator[list[tuple[str, dict[str, Any]]]]:
         """The same chunking without a runner (see :mod:`chunkline.transforms.in_process`)."""
         return apply_in_process(_ChunkDocumentsFn(self._config, self._encoding_errors, self._secrets), sources)
+
+
+def _picked(table: str, row_type: type) -> Callable[[list[tuple[str, dict[str, Any]]]], Iterator[Any]]:
+    """A function yielding a document's rows of ``table`` as ``row_type`` rows."""
+
+    def rows_of(document_rows: list[tuple[str, dict[str, Any]]]) -> Iterator[Any]:
+        for row_table, row in document_rows:
+            if row_table == table:
+                yield row_from_dict(row_type, row)
+
+    return rows_of
+
+
+class ChunkMarkdownResult:
+    """What :class:`ChunkMarkdown` outputs: ``chunks``, ``documents`` and ``errors``, three schema'd
+    PCollections (also ``result["chunks"]`` and so on), and ``per_document``, the one PCollection they are
+    picked from (one list of ``(table, row dict)`` pairs per document).
+
+    Each table's PCollection is made the first time it is asked for, so a pipeline that only writes the
+    dataset does not convert every chunk to a row and back. Pass the result to
+    :class:`~chunkline.transforms.WriteChunkDataset`; after your own step on the chunks, pass
+    ``result.with_chunks(your_chunks)``."""
+
+    def __init__(self, per_document: beam.PCollection, row_types: dict[str, type], label: str):
+        self.per_document = per_document
+        self.pipeline = per_document.pipeline
+        self.row_types = dict(row_types)
+        self._label = label
+        # Shared with the results with_chunks makes, so that each table is picked once.
+        self._tables: dict[str, beam.PCollection] = {}
+        self._replaced_chunks: beam.PCollection | None = None
+
+    def __or__(self, transform: beam.PTransform) -> Any:
+        # Only a writer of the whole result takes it; any other step goes on one of its PCollections.
+        if getattr(transform, "takes_chunk_markdown_result", False):
+            return transform.__ror__(self)
+        raise TypeError(
+            "apply your step to result.chunks, result.documents or result.errors; only WriteChunkDataset takes "
+            "ChunkMarkdown's whole result"
+        )
+
+    @property
+    def chunks_replaced(self) -> bool:
+        """True when :meth:`with_chunks` gave the chunks (the writer then writes those)."""
+        return self._replaced_chunks is not None
+
+    def __getitem__(self, table: str) -> beam.PCollection:
+        if table not in self.row_types:
+            raise KeyError(f"no output {table!r}; the outputs are {', '.join(self.row_types)}")
+        if table == CHUNKS and self._replaced_chunks is not None:
+            return self._replaced_chunks
+        if table not in self._tables:
+            row_type = self.row_types[table]
+            self._tables[table] = self.per_document | f"{self._label}.{table}" >> beam.FlatMap(
+                _picked(table, row_type)
+            ).with_output_types(row_type)
+        return self._tables[table]
+
+    @property
+    def chunks(self) -> beam.PCollection:
+        """One row per chunk, of the chunk row type (:data:`~chunkline.transforms.ChunkRow` by default)."""
+        return self[CHUNKS]
+
+    @property
+    def documents(self) -> beam.PCollection:
+        """One :data:`~chunkline.transforms.DocumentRow` per input document, status ok, error or skipped."""
+        return self[DOCUMENTS]
+
+    @property
+    def errors(self) -> beam.PCollection:
+        """One :data:`~chunkline.transforms.ErrorRow` per problem: the documents that did not chunk."""
+        return self[ERRORS]
+
+    def with_chunks(self, chunks: beam.PCollection) -> ChunkMarkdownResult:
+        """The same result with ``chunks`` (rows of the chunk row type, e.g. after a step of your own) in
+        place of the chunker's: what :class:`~chunkline.transforms.WriteChunkDataset` then writes."""
+        if chunks.pipeline is not self.pipeline:
+            raise ValueError("with_chunks needs chunks of the same pipeline")
+        replaced = ChunkMarkdownResult(self.per_document, self.row_types, self._label)
+        replaced._tables = self._tables
+        replaced._replaced_chunks = chunks
+        return replaced
+
+
+class ChunkMarkdown(beam.PTransform):
+    """Chunk every :class:`~chunkline.dataset.inputs.SourceFile` of :class:`~chunkline.transforms.ReadMarkdown`
+    with one config: a :class:`~chunkline.dataset.settings.RunConfig` (its ``chunking`` section, and its
+    ``input.encoding_errors`` and storage credentials, kept out of messages) or a
+    :class:`~chunkline.ChunkConfig` (strict UTF-8).
+
+    The output is a :class:`ChunkMarkdownResult`: ``.chunks`` (schema'd rows, so ``beam.Select``,
+    ``to_dataframe`` and Beam's writers work on them), ``.documents`` and ``.errors``. ``chunk_row_type``
+    is the row type of the chunks (by default :data:`~chunkline.transforms.ChunkRow`; see
+    :func:`~chunkline.transforms.row_type_for` for a chunks schema with more columns)."""
+
+    def __init__(self, config: RunConfig | ChunkConfig, *, chunk_row_type: type | None = None):
+        super().__init__()
+        if isinstance(config, RunConfig):
+            chunking, encoding_errors, secrets = config.chunking, config.input.encoding_errors, tuple(config.secrets())
+        elif isinstance(config, ChunkConfig):
+            chunking, encoding_errors, secrets = config, "strict", ()
+        else:
+            raise TypeError(f"ChunkMarkdown takes a RunConfig or a ChunkConfig, got {type(config).__name__}")
+        self._documents = ChunkDocuments(chunking, encoding_errors, secrets)
+        # The chunks table's schema decides the row type (a config that adds columns gets them as fields).
+        chunks_schema = TABLE_SCHEMAS[CHUNKS][0]
+        self._row_types = {
+            CHUNKS: chunk_row_type or chunk_row_type_for(chunks_schema),
+            DOCUMENTS: DocumentRow,
+            ERRORS: ErrorRow,
+        }
+
+    def expand(self, sources: beam.PCollection[SourceFile]) -> ChunkMarkdownResult:
+        per_document = sources | "ChunkDocuments" >> self._documents
+        return ChunkMarkdownResult(per_document, self._row_types, self.label)
+
+    def chunk_in_process(self, sources: Iterable[SourceFile]) -> Iterator[list[tuple[str, dict[str, Any]]]]:
+        """The per-document row lists without a runner (see :mod:`chunkline.transforms.in_process`)."""
+        return self._documents.chunk_in_process(sources)

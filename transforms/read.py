@@ -11,15 +11,16 @@ exception: it comes out as a :class:`~chunkline.dataset.inputs.SourceFile` with 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import apache_beam as beam
 import fsspec
+from fsspec.core import split_protocol
 
 from chunkline.dataset import inputs
 from chunkline.dataset.inputs import SourceFile, choose_source, read_source
-from chunkline.dataset.settings import InputConfig
+from chunkline.dataset.settings import InputConfig, RunConfig
 from chunkline.dataset.storage import fresh_filesystem
 from chunkline.transforms.in_process import apply_in_process
 
@@ -40,16 +41,26 @@ class _MatchFilesFn(beam.DoFn):
 class _ReadFileFn(beam.DoFn):
     """Reads one matched file; filesystems are built once per worker and input."""
 
-    def __init__(self, config: InputConfig, secrets: tuple[str, ...]):
+    def __init__(self, config: InputConfig, secrets: tuple[str, ...], by_url: bool = False):
         self._config = config
         self._secrets = secrets
-        self._filesystems: dict[int, fsspec.AbstractFileSystem] = {}
+        self._by_url = by_url
+        self._filesystems: dict[Any, fsspec.AbstractFileSystem] = {}
 
     def setup(self) -> None:
         self._filesystems = {
             index: fresh_filesystem(url, self._config.storage_options)[0]
             for index, url in enumerate(self._config.paths)
         }
+
+    def _filesystem(self, source: SourceFile) -> fsspec.AbstractFileSystem:
+        if not self._by_url:
+            return self._filesystems[source.input_index]
+        # Inputs that came as a PCollection: one filesystem per protocol (a chained URL's, per URL).
+        key = source.source_uri if "::" in source.source_uri else split_protocol(source.source_uri)[0]
+        if key not in self._filesystems:
+            self._filesystems[key] = fresh_filesystem(source.source_uri, self._config.storage_options)[0]
+        return self._filesystems[key]
 
     def process(self, element: tuple[str, Any]) -> Iterator[SourceFile]:
         doc_id, matches = element
@@ -58,13 +69,23 @@ class _ReadFileFn(beam.DoFn):
         if chosen.problem is not None:
             yield chosen
             return
-        fs = self._filesystems[chosen.input_index]
+        fs = self._filesystem(chosen)
         yield read_source(chosen, fs, self._config.max_file_bytes, self._secrets)
 
 
 class ReadMarkdown(beam.PTransform):
     """Match the inputs' markdown files and read them: a PCollection of
-    :class:`~chunkline.dataset.inputs.SourceFile`.
+    :class:`~chunkline.dataset.inputs.SourceFile` (``doc_id``, ``source_uri``, the bytes, or the problem
+    that kept them from being read).
+
+    ``inputs`` is a :class:`~chunkline.dataset.settings.RunConfig` (its ``input`` section), an
+    :class:`~chunkline.dataset.settings.InputConfig`, or plain URLs: ``ReadMarkdown(["docs/**/*.md"])``,
+    ``ReadMarkdown("s3://bucket/docs")`` (folders, files or globs, matched as ``input.paths`` are).
+
+    Applied to the pipeline, it reads the configured inputs. Applied to a PCollection of URLs it reads
+    those instead, each one an input of its own (the config then gives only the filters, limits and storage
+    options); where two of them hold the same ``doc_id`` the one that sorts first by ``source_uri`` is read
+    and the others are reported as skipped.
 
     With ``matched`` (``(doc_id, matched files)`` pairs already listed by the driver: every document of a
     full run, the changed ones of an incremental run) only those documents are read, spread over the
@@ -72,18 +93,35 @@ class ReadMarkdown(beam.PTransform):
 
     def __init__(
         self,
-        config: InputConfig,
+        inputs: RunConfig | InputConfig | str | Sequence[str] = (),
         secrets: tuple[str, ...] = (),
         matched: list[tuple[str, list[SourceFile]]] | None = None,
     ):
         super().__init__()
-        if not config.paths:
-            raise ValueError("ReadMarkdown needs at least one input path")
+        if isinstance(inputs, RunConfig):
+            secrets = tuple(secrets) or tuple(inputs.secrets())
+            config = inputs.input
+        elif isinstance(inputs, InputConfig):
+            config = inputs
+        elif isinstance(inputs, str):
+            config = InputConfig(paths=(inputs,))
+        else:
+            config = InputConfig(paths=tuple(inputs))
         self._config = config
         self._secrets = tuple(secrets)
         self._matched = matched
 
-    def expand(self, pipeline: beam.pvalue.PBegin) -> beam.PCollection[SourceFile]:
+    def expand(self, pipeline: beam.pvalue.PBegin | beam.PCollection[str]) -> beam.PCollection[SourceFile]:
+        if isinstance(pipeline, beam.PCollection):
+            grouped = (
+                pipeline
+                | "AsInputs" >> beam.Map(lambda url: (0, url))
+                | "MatchFiles" >> beam.ParDo(_MatchFilesFn(self._config, self._secrets))
+                | "GroupByDocId" >> beam.GroupByKey()
+            )
+            return grouped | "ReadFiles" >> beam.ParDo(_ReadFileFn(self._config, self._secrets, by_url=True))
+        if not self._config.paths and self._matched is None:
+            raise ValueError("ReadMarkdown needs at least one input path (or a PCollection of URLs)")
         if self._matched is not None:
             grouped = pipeline | "MatchedFiles" >> beam.Create(self._matched) | "SpreadReads" >> beam.Reshuffle()
         else:

@@ -60,6 +60,7 @@ from chunkline.dataset.storage import (
 )
 from chunkline.schemas import ROW_TABLES, TABLE_SCHEMAS
 from chunkline.transforms.in_process import apply_in_process
+from chunkline.transforms.metrics import count_carried_documents
 
 __all__ = ["WriteChunkTables", "WriteSettings"]
 
@@ -195,6 +196,8 @@ class _MergeShardFn(beam.DoFn):
         carried = previous.filter(pc.is_in(previous.column("doc_id"), carried_ids))
         if table_name == "documents" and plan is not None and carried.num_rows:
             carried = with_modified_times(carried, plan.modified_times)
+        if table_name == "documents":
+            count_carried_documents(carried)
         merged = sorted_unique(
             pa.concat_tables([carried, self._read_spills(table_name, shard)]), TABLE_SCHEMAS[table_name][1]
         )
@@ -261,6 +264,7 @@ class _MergeShardFn(beam.DoFn):
         """A shard where nothing changed: its part files are the previous ones, copied as they are (the
         bytes a rebuild would write), and every one of its documents is ``unchanged``."""
         documents = self._read_previous("documents", shard, previous_parts)
+        count_carried_documents(documents)
         for table_name in ROW_TABLES:
             if table_name == "documents" and not plan.documents_untouched:
                 table = with_modified_times(documents, plan.modified_times)
