@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, TextIO
 from chunkline import __version__
 from chunkline.config import DEFAULT_MIN_TOKENS, ChunkConfig, ConfigError, load_chunk_config
 from chunkline.dataset.decoding import BinaryFileError, decode_file
-from chunkline.dataset.inputs import utf8_name, walk_local_folder
+from chunkline.dataset.inputs import doc_id_of, utf8_name, walk_local_folder
 from chunkline.dataset.publish import ConcurrentRunError, DatasetNotFoundError
 from chunkline.dataset.storage import StorageError, scrub_secrets
 from chunkline.engine import chunk_document
@@ -465,6 +465,8 @@ def _inspect_command(arguments: argparse.Namespace) -> int:
     if arguments.snapshot and arguments.html:
         print("chunkline: error: --html reports the latest snapshot; leave out --snapshot or --html", file=sys.stderr)
         return 2
+    if arguments.html and not _report_extra_installed(arguments):
+        return 2
     summary = describe_dataset(
         arguments.url, error_rows=arguments.errors, storage_options=storage_options, snapshot=arguments.snapshot
     )
@@ -480,6 +482,18 @@ def _inspect_command(arguments: argparse.Namespace) -> int:
             return 2
         print(f"\nHTML report: {arguments.html}")
     return 0
+
+
+def _report_extra_installed(arguments: argparse.Namespace) -> bool:
+    """Whether matplotlib (the ``report`` extra) can draw the HTML reports; if not, says so in one line."""
+    from chunkline.pipelines.report import ReportExtraMissingError, require_matplotlib
+
+    try:
+        require_matplotlib()
+    except ReportExtraMissingError as error:
+        _print_error(arguments, str(error))
+        return False
+    return True
 
 
 def _evaluate_command(arguments: argparse.Namespace) -> int:
@@ -502,6 +516,8 @@ def _evaluate_command(arguments: argparse.Namespace) -> int:
     for config in configs.values():
         counter_for(config)  # a tokenizer that cannot load fails here, before any work
     retrievers = ("embedding", "bm25") if arguments.retriever == "both" else (arguments.retriever,)
+    if arguments.report and not _report_extra_installed(arguments):
+        return 2  # before the evaluation, not after it
 
     def progress(message: str) -> None:
         print(f"chunkline: {message}", file=sys.stderr, flush=True)
@@ -545,12 +561,13 @@ def _evaluate_command(arguments: argparse.Namespace) -> int:
 def _markdown_files(paths: Sequence[str]) -> Iterator[tuple[Path, str, str | None]]:
     """(file, doc_id, why it is not read or None) for each path: a file (doc_id its name), or every markdown
     file under a folder (doc_id its path relative to the folder), found and named as ``chunkline run`` does
-    (:func:`chunkline.dataset.inputs.walk_local_folder`): links inside the folder are followed, a link
-    out of it or in a loop and a folder that cannot be listed come with the reason."""
+    (:func:`chunkline.dataset.inputs.walk_local_folder`, :func:`chunkline.dataset.inputs.doc_id_of`): links
+    inside the folder are followed, a link out of it or in a loop and a folder that cannot be listed come
+    with the reason."""
     for raw in paths:
         path = Path(raw)
         if not path.is_dir():
-            yield path, utf8_name(path.name), None
+            yield path, doc_id_of(path.as_posix(), path.parent.as_posix()), None
             continue
         root = str(path).rstrip("/") or "/"
         try:
@@ -560,7 +577,7 @@ def _markdown_files(paths: Sequence[str]) -> Iterator[tuple[Path, str, str | Non
             continue
         for entry in entries:
             file = Path(entry.path)
-            doc_id = utf8_name(entry.path[len(root) :].lstrip("/"))
+            doc_id = doc_id_of(entry.path, root)
             markdown = file.suffix.lower() in MARKDOWN_SUFFIXES
             if entry.kind == "file" and markdown:
                 yield file, doc_id, None
@@ -576,6 +593,8 @@ def _chunk_command(arguments: argparse.Namespace) -> int:
     config = load_chunk_config(arguments.config, arguments.overrides)
     counter = counter_for(config)
     out = sys.stdout
+    if hasattr(out, "reconfigure"):  # text as it is, and a terminal that cannot show a character gets \\u...
+        out.reconfigure(errors="backslashreplace")
     started = time.perf_counter()
     files_done = failures = chunk_total = token_total = byte_total = 0
     for file, doc_id, problem in _markdown_files(arguments.paths):
@@ -644,8 +663,8 @@ def _print_table(out: TextIO, label: str, chunks: list[Chunk], config: ChunkConf
     for chunk in chunks:
         lines = f"{chunk.start_line}-{chunk.end_line}"
         marker = "*" if chunk.is_sub_split else " "
-        path = " > ".join(chunk.heading_path) or "(preamble)"
-        preview = chunk.text[:preview_chars].encode("unicode_escape").decode("ascii")
+        path = _one_line(" > ".join(chunk.heading_path)) or "(preamble)"
+        preview = _one_line(chunk.text[:preview_chars])
         if len(chunk.text) > preview_chars:
             preview += "..."
         out.write(
@@ -653,9 +672,23 @@ def _print_table(out: TextIO, label: str, chunks: list[Chunk], config: ChunkConf
         )
         context = _embed_context_of(chunk)
         if context and context != path:
-            out.write(f"{'':>34}embeds after: {context.encode('unicode_escape').decode('ascii')}\n")
+            out.write(f"{'':>34}embeds after: {_one_line(context)}\n")
         out.write(f"{'':>34}{preview}\n")
     out.write("\n")
+
+
+# What the table preview escapes: control characters (line breaks, tabs, escape sequences), the Unicode
+# line and paragraph separators and the bidirectional overrides and isolates, which would break the table's
+# lines or reorder them. Every other character, accents, CJK and emoji included, is shown as it is.
+_NOT_SHOWN_AS_IS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _one_line(text: str) -> str:
+    """``text`` as it is, on one line: a character in ``_NOT_SHOWN_AS_IS`` is written as its escape."""
+    return _NOT_SHOWN_AS_IS.sub(
+        lambda match: _ESCAPES.get(match[0]) or match[0].encode("unicode_escape").decode(), text
+    )
 
 
 def _embed_context_of(chunk: Chunk) -> str:
