@@ -41,6 +41,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 from fsspec.core import url_to_fs
+from fsspec.implementations.local import LocalFileSystem
 
 from chunkline.dataset.layout import (
     DATASET_FORMAT,
@@ -671,14 +672,22 @@ def snapshots_after(url: str, synced: str | None, storage_options: dict[str, Any
 def dataset_files(
     url: str, table: str = "chunks", storage_options: dict[str, Any] | None = None, *, snapshot: str | None = None
 ) -> list[str]:
-    """URLs of exactly the part files of ``table`` in the latest (or the given) snapshot, for readers that
-    take a list of files or a glob (DuckDB, polars, Spark): they all sit in one folder of that snapshot.
-    The manifest is checked; the parts are not read here (:func:`verify_snapshot` reads and checks them)."""
+    """Exactly the part files of ``table`` in the latest (or the given) snapshot, for readers that take a
+    list of files or a glob (pandas, pyarrow, Beam's ``ReadFromParquet``, DuckDB, polars, Spark): they all
+    sit in one folder of that snapshot. A local dataset's parts are plain absolute paths
+    (``/data/out/snapshots/.../part-00000-....parquet``), which every one of those readers opens, where a
+    ``file://`` URL is refused by Beam's ``FileSystems``; a remote one's keep their protocol, as fsspec
+    writes it (``s3://bucket/...``, ``gs://...``, ``memory://...``), to be opened with the same
+    storage options. The manifest is checked; the parts are not read here (:func:`verify_snapshot` reads
+    and checks them)."""
     if table not in TABLE_SCHEMAS:
         raise ValueError(f"unknown table {table!r}; tables: {', '.join(TABLE_SCHEMAS)}")
     manifest = read_manifest(url, storage_options, snapshot=snapshot)
     fs, root = url_to_fs(url, **(storage_options or {}))
-    return [storage_url(fs, join_path(root.rstrip("/"), name)) for name in manifest["tables"][table]["files"]]
+    paths = [join_path(root.rstrip("/"), name) for name in manifest["tables"][table]["files"]]
+    if isinstance(fs, LocalFileSystem):
+        return paths
+    return [storage_url(fs, path) for path in paths]
 
 
 def read_dataset(
