@@ -383,10 +383,11 @@ def _describe_unknown(command: str, unknown: list[str], flags: list[str]) -> str
 
 
 class _BeamImportNoise(logging.Filter):
-    """Drops the warning Beam logs at import about Google Cloud clients chunkline does not use."""
+    """Drops the warnings Beam logs at import about packages chunkline does not use: Google Cloud clients,
+    and (Beam 2.72 and older) crcmod, for TFRecord files."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("apitools not found")
+        return not str(record.msg).startswith(("apitools not found", "crcmod package not found"))
 
 
 def _configure_logging() -> None:
