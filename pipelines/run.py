@@ -215,6 +215,7 @@ def _transforms(
         secrets=secret_values,
         previous=plan.previous,
         incremental=plan.incremental,
+        front_matter_columns=config.output.promoted_front_matter,
     )
     # The driver's listing, when it made one, is what the pipeline reads: the guard and the plan judged it,
     # and a second listing in the pipeline could see another input (a folder unmounted in between). On a
@@ -222,7 +223,12 @@ def _transforms(
     matched = plan.to_chunk if plan.listed else None
     return (
         ReadMarkdown(config.input, secret_values, matched=matched),
-        ChunkDocuments(config.chunking, config.input.encoding_errors, secret_values),
+        ChunkDocuments(
+            config.chunking,
+            config.input.encoding_errors,
+            secret_values,
+            front_matter_columns=config.output.promoted_front_matter,
+        ),
         WriteChunkTables(settings),
     )
 

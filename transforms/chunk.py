@@ -29,10 +29,11 @@ import pyarrow as pa
 
 from chunkline.config import ChunkConfig
 from chunkline.dataset.decoding import BinaryFileError, decode_file
+from chunkline.dataset.front_matter_columns import FRONT_MATTER_MISMATCH, front_matter_values
 from chunkline.dataset.inputs import FileProblem, SourceFile
 from chunkline.dataset.storage import scrub_secrets
 from chunkline.engine import chunk_document
-from chunkline.schemas import TABLE_SCHEMAS
+from chunkline.schemas import FrontMatterColumn, table_schemas
 from chunkline.structure import parse_markdown
 from chunkline.tokenizers import counter_for
 from chunkline.transforms.in_process import apply_in_process
@@ -47,13 +48,21 @@ logger = logging.getLogger("chunkline")
 class _ChunkDocumentsFn(beam.DoFn):
     _PROGRESS_SECONDS = 10.0
 
-    def __init__(self, config: ChunkConfig, encoding_errors: str, secrets: tuple[str, ...]):
+    def __init__(
+        self,
+        config: ChunkConfig,
+        encoding_errors: str,
+        secrets: tuple[str, ...],
+        front_matter_columns: tuple[FrontMatterColumn, ...] = (),
+    ):
         self._config = config
         self._encoding_errors = encoding_errors
         self._secrets = secrets
+        self._front_matter_columns = front_matter_columns
 
     def setup(self) -> None:
         self._counter = counter_for(self._config)
+        self._schemas = table_schemas(self._front_matter_columns)
         self._documents_done = 0
         self._bytes_done = 0
         self._last_report = time.monotonic()
@@ -118,6 +127,8 @@ class _ChunkDocumentsFn(beam.DoFn):
             )
         with _failures_as_problems("chunk", "its rows could not be built"):
             rows: list[tuple[str, dict[str, Any]]] = [(CHUNKS, chunk.to_dict()) for chunk in chunks]
+            if self._front_matter_columns:
+                rows += self._promote_front_matter(source, front_matter.data if front_matter else None, rows)
             document_row.update(
                 status="ok",
                 chunk_count=len(chunks),
@@ -130,8 +141,30 @@ class _ChunkDocumentsFn(beam.DoFn):
                 ),
             )
             rows.append((DOCUMENTS, document_row))
-        _check_rows_fit_schemas(rows)
+        _check_rows_fit_schemas(rows, self._schemas)
         return rows
+
+    def _promote_front_matter(
+        self, source: SourceFile, data: dict[str, Any] | None, rows: list[tuple[str, dict[str, Any]]]
+    ) -> list[tuple[str, dict[str, Any]]]:
+        """Add the promoted front-matter columns to the chunk ``rows``; returns an errors row for each value
+        that does not fit its column's type (the column is null, the document is still chunked)."""
+        values, mismatches = front_matter_values(data, self._front_matter_columns)
+        for _, row in rows:
+            row.update(values)
+        return [
+            (
+                ERRORS,
+                {
+                    "doc_id": source.doc_id,
+                    "source_uri": source.source_uri,
+                    "stage": "parse",
+                    "error_type": FRONT_MATTER_MISMATCH,
+                    "message": message,
+                },
+            )
+            for message in mismatches
+        ]
 
     def _progress(self, size: int) -> None:
         self._documents_done += 1
@@ -205,15 +238,18 @@ def _failures_as_problems(stage: str, what_failed: str | None = None) -> Iterato
         raise _Problem(stage, type(error).__name__, message) from None
 
 
-def _check_rows_fit_schemas(rows: list[tuple[str, dict[str, Any]]]) -> None:
-    """Convert the document's rows to Arrow as the writer will, so that a value its table cannot hold is
-    this document's error row here rather than a failed write of a whole shard later."""
+def _check_rows_fit_schemas(
+    rows: list[tuple[str, dict[str, Any]]], schemas: dict[str, tuple[pa.Schema, tuple[str, ...]]]
+) -> None:
+    """Convert the document's rows to Arrow as the writer will (``schemas``: the run's
+    :func:`~chunkline.schemas.table_schemas`), so that a value its table cannot hold is this document's
+    error row here rather than a failed write of a whole shard later."""
     by_table: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for table, row in rows:
         by_table[table].append(row)
     for table, table_rows in by_table.items():
         try:
-            pa.Table.from_pylist(table_rows, schema=TABLE_SCHEMAS[table][0])
+            pa.Table.from_pylist(table_rows, schema=schemas[table][0])
         except (pa.ArrowException, TypeError, ValueError, OverflowError) as error:
             detail = " ".join(str(error).split()) or type(error).__name__
             raise _Problem(
@@ -225,17 +261,28 @@ class ChunkDocuments(beam.PTransform):
     """Chunk each :class:`~chunkline.dataset.inputs.SourceFile` into the list of its ``(table, row)`` pairs for ``chunks``,
     ``documents`` and ``errors``."""
 
-    def __init__(self, config: ChunkConfig, encoding_errors: str = "strict", secrets: tuple[str, ...] = ()):
+    def __init__(
+        self,
+        config: ChunkConfig,
+        encoding_errors: str = "strict",
+        secrets: tuple[str, ...] = (),
+        *,
+        front_matter_columns: tuple[FrontMatterColumn, ...] = (),
+    ):
         super().__init__()
         if encoding_errors not in ("strict", "replace"):
             raise ValueError(f"encoding_errors must be 'strict' or 'replace', got {encoding_errors!r}")
         self._config = config
         self._encoding_errors = encoding_errors
         self._secrets = tuple(secrets)
+        self._front_matter_columns = tuple(front_matter_columns)
 
     def expand(self, sources: beam.PCollection[SourceFile]) -> beam.PCollection[list[tuple[str, dict[str, Any]]]]:
-        return sources | "Chunk" >> beam.ParDo(_ChunkDocumentsFn(self._config, self._encoding_errors, self._secrets))
+        return sources | "Chunk" >> beam.ParDo(self._fn())
 
     def chunk_in_process(self, sources: Iterable[SourceFile]) -> Iterator[list[tuple[str, dict[str, Any]]]]:
         """The same chunking without a runner (see :mod:`chunkline.transforms.in_process`)."""
-        return apply_in_process(_ChunkDocumentsFn(self._config, self._encoding_errors, self._secrets), sources)
+        return apply_in_process(self._fn(), sources)
+
+    def _fn(self) -> _ChunkDocumentsFn:
+        return _ChunkDocumentsFn(self._config, self._encoding_errors, self._secrets, self._front_matter_columns)
