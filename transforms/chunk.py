@@ -7,7 +7,9 @@ outputs.) Bad input never raises: a binary file, invalid UTF-8 under ``encoding_
 that was too large or could not be read, front matter that is refused, a document the parser or the
 strategy fails on, or rows that the tables cannot hold each become one ``errors`` row and a ``documents``
 row with status ``error``, and the run goes on. Every step that looks at a document runs inside that
-per-document handling.
+per-document handling. With promoted front-matter columns (``output.front_matter_columns``), a value that
+does not fit its column's type is null there and one ``errors`` row (``FrontMatterTypeMismatch``) of a
+document that is chunked all the same (see :mod:`chunkline.dataset.front_matter_columns`).
 
 Decoding and the binary check are the dataset floor's (:mod:`chunkline.dataset.decoding`), shared with
 ``chunkline chunk``. The tokenizer is loaded once per worker in ``DoFn.setup()``, from a local file (never the network).

@@ -6,6 +6,7 @@ follow them."""
 
 from __future__ import annotations
 
+import copy
 from datetime import datetime, timezone
 
 import duckdb
@@ -15,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import chunkline
+from chunkline.dataset.publish import manifest_problem
 from chunkline.dataset.settings import load_run_config
 from chunkline.pipelines.cli import main
 from chunkline.schemas.dictionary import data_dictionary_markdown, description_of
@@ -184,6 +186,17 @@ def test_the_manifest_records_the_columns_and_upserts_carry_them(published):
     }
     upserts = rows(output, "changes/upserts")
     assert {row["doc_id"]: row["tags"] for row in upserts}["guide/tide-gauges.md"] == ["sensors", "operations"]
+
+
+def test_a_manifest_whose_columns_cannot_be_read_is_not_trusted(published):
+    _, output, _ = published
+    tampered = copy.deepcopy(manifest(output))
+    tampered["config"]["output"]["front_matter_columns"]["tags"] = {"type": "list<str>", "column": "tags"}
+    assert manifest_problem(tampered) == (
+        "its output.front_matter_columns.tags: unknown type 'list<str>'; types: string, list<string>, integer, "
+        "float, boolean, timestamp"
+    )
+    assert manifest_problem(manifest(output)) is None
 
 
 def test_same_columns_carry_over_other_columns_rebuild_and_upsert_every_chunk(published, tmp_path):
