@@ -179,6 +179,8 @@ class _MergeShardFn(beam.DoFn):
             # The previous rows had other front-matter columns: a store's copy of every chunk lacks one or
             # holds one no longer written, so every chunk is an upsert (as against an empty snapshot).
             upserts = chunk_changes(previous_chunks.slice(0, 0), chunks, carried_ids)[0]
+        upserts_schema = self._schemas["changes/upserts"][0]
+        upserts = upserts.select(upserts_schema.names).cast(upserts_schema)  # the columns in the schema's order
         del previous_chunks, chunks
         yield from self._write("changes/upserts", shard, upserts)
         yield from self._write("changes/deletes", shard, deletes)
