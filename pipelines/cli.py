@@ -1,8 +1,9 @@
 """The ``chunkline`` command line.
 
 ``chunkline chunk FILE...``
-    Preview the chunks of markdown files (or every ``.md``/``.markdown`` file under a folder) in the
-    terminal, or as JSON lines with ``--format jsonl``. Runs the engine directly; no Beam.
+    Preview the chunks of markdown files (or every ``.md``/``.markdown`` file under a folder, or what a
+    quoted glob matches) in the terminal, or as JSON lines with ``--format jsonl``, with the doc ids
+    ``chunkline run`` gives them. Runs the engine directly; no Beam.
 ``chunkline evaluate CORPUS... --questions FILE [--config [NAME=]FILE ...]``
     Measure what each chunking config does to retrieval: chunk the corpus with it, retrieve the best chunks
     for every question within one token budget (an offline embedding model and BM25), and report recall,
@@ -87,7 +88,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="preview the chunks of markdown files in the terminal (no Beam)",
         description="Chunk markdown files and show each chunk's index, lines, tokens and heading path.",
     )
-    chunk.add_argument("paths", nargs="+", metavar="FILE", help="markdown files, or folders to search for *.md")
+    chunk.add_argument(
+        "paths",
+        nargs="+",
+        metavar="FILE",
+        help="markdown files, folders to search for *.md, or quoted globs ('docs/**/*.md'), named as `run` names them",
+    )
     _add_settings_arguments(chunk)
     chunk.add_argument(
         "--format",
@@ -567,6 +573,9 @@ def _markdown_files(paths: Sequence[str]) -> Iterator[tuple[Path, str, str | Non
     with the reason."""
     for raw in paths:
         path = Path(raw)
+        if any(character in raw for character in "*?[") and not path.exists():
+            yield from _glob_files(raw)
+            continue
         if not path.is_dir():
             yield path, doc_id_of(path.as_posix(), path.parent.as_posix()), None
             continue
@@ -588,6 +597,26 @@ def _markdown_files(paths: Sequence[str]) -> Iterator[tuple[Path, str, str | Non
                 yield file, doc_id, f"a link to {utf8_name(entry.detail)!r}, outside {utf8_name(root)!r}; not read"
             elif entry.kind == "link_loop":
                 yield file, doc_id, f"a link to {utf8_name(entry.detail)!r}, a folder it is inside; not followed"
+
+
+def _glob_files(pattern: str) -> Iterator[tuple[Path, str, str | None]]:
+    """The files a glob the shell left alone matches (``'docs/**/*.md'``), listed and named as
+    ``chunkline run`` lists and names a glob input: doc ids relative to the part before the first wildcard."""
+    from chunkline.dataset.inputs import match_input
+    from chunkline.dataset.settings import InputConfig
+
+    try:
+        sources = list(match_input(pattern, 0, InputConfig()))
+    except FileNotFoundError as error:  # the part before the first wildcard is no folder
+        yield Path(pattern), utf8_name(pattern), str(error)
+        return
+    except OSError as error:
+        yield Path(pattern), utf8_name(pattern), f"cannot be listed: {error.strerror or error}"
+        return
+    if not sources:
+        yield Path(pattern), utf8_name(pattern), "matches no file"
+    for source in sources:
+        yield Path(source.path), source.doc_id, source.problem.message if source.problem else None
 
 
 def _chunk_command(arguments: argparse.Namespace) -> int:

@@ -116,6 +116,19 @@ def test_chunk_on_a_folder_names_files_as_run_does_and_shows_text_as_it_is(local
     assert "\\u" not in table and "\\x" not in table
 
 
+def test_chunk_on_a_quoted_glob_names_files_as_run_on_that_glob_does(local_dataset, tmp_path, capsys):
+    corpus, _ = local_dataset
+    pattern = f"{corpus}/handbook/**/*.md"
+    output = tmp_path / "globbed"
+    run([pattern], output)
+    capsys.readouterr()
+    assert main(["chunk", pattern, "--format", "jsonl"]) == 0
+    previewed = {json.loads(line)["doc_id"] for line in capsys.readouterr().out.splitlines()}
+    assert previewed == {row["doc_id"] for row in rows(output, "chunks")} == {"berths/north-quay.md", "safety.md"}
+    assert main(["chunk", f"{corpus}/no-such-folder/*.md"]) == 1
+    assert "does not exist" in capsys.readouterr().err
+
+
 def test_chunk_preview_escapes_what_would_break_or_reorder_its_lines(tmp_path, capsys):
     document = tmp_path / "controls.md"
     document.write_text(
