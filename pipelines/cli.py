@@ -1,8 +1,9 @@
 """The ``chunkline`` command line.
 
 ``chunkline chunk FILE...``
-    Preview the chunks of markdown files (or every ``.md``/``.markdown`` file under a folder) in the
-    terminal, or as JSON lines with ``--format jsonl``. Runs the engine directly; no Beam.
+    Preview the chunks of markdown files (or every ``.md``/``.markdown`` file under a folder, or what a
+    quoted glob matches) in the terminal, or as JSON lines with ``--format jsonl``, with the doc ids
+    ``chunkline run`` gives them. Runs the engine directly; no Beam.
 ``chunkline evaluate CORPUS... --questions FILE [--config [NAME=]FILE ...]``
     Measure what each chunking config does to retrieval: chunk the corpus with it, retrieve the best chunks
     for every question within one token budget (an offline embedding model and BM25), and report recall,
@@ -43,7 +44,7 @@ from typing import TYPE_CHECKING, TextIO
 from chunkline import __version__
 from chunkline.config import DEFAULT_MIN_TOKENS, ChunkConfig, ConfigError, load_chunk_config
 from chunkline.dataset.decoding import BinaryFileError, decode_file
-from chunkline.dataset.inputs import utf8_name, walk_local_folder
+from chunkline.dataset.inputs import doc_id_of, utf8_name, walk_local_folder
 from chunkline.dataset.publish import ConcurrentRunError, DatasetNotFoundError
 from chunkline.dataset.storage import StorageError, scrub_secrets
 from chunkline.engine import chunk_document
@@ -87,7 +88,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="preview the chunks of markdown files in the terminal (no Beam)",
         description="Chunk markdown files and show each chunk's index, lines, tokens and heading path.",
     )
-    chunk.add_argument("paths", nargs="+", metavar="FILE", help="markdown files, or folders to search for *.md")
+    chunk.add_argument(
+        "paths",
+        nargs="+",
+        metavar="FILE",
+        help="markdown files, folders to search for *.md, or quoted globs ('docs/**/*.md'), named as `run` names them",
+    )
     _add_settings_arguments(chunk)
     chunk.add_argument(
         "--format",
@@ -383,10 +389,11 @@ def _describe_unknown(command: str, unknown: list[str], flags: list[str]) -> str
 
 
 class _BeamImportNoise(logging.Filter):
-    """Drops the warning Beam logs at import about Google Cloud clients chunkline does not use."""
+    """Drops the warnings Beam logs at import about packages chunkline does not use: Google Cloud clients,
+    and (Beam 2.72 and older) crcmod, for TFRecord files."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("apitools not found")
+        return not str(record.msg).startswith(("apitools not found", "crcmod package not found"))
 
 
 def _configure_logging() -> None:
@@ -465,6 +472,8 @@ def _inspect_command(arguments: argparse.Namespace) -> int:
     if arguments.snapshot and arguments.html:
         print("chunkline: error: --html reports the latest snapshot; leave out --snapshot or --html", file=sys.stderr)
         return 2
+    if arguments.html and not _report_extra_installed(arguments):
+        return 2
     summary = describe_dataset(
         arguments.url, error_rows=arguments.errors, storage_options=storage_options, snapshot=arguments.snapshot
     )
@@ -480,6 +489,18 @@ def _inspect_command(arguments: argparse.Namespace) -> int:
             return 2
         print(f"\nHTML report: {arguments.html}")
     return 0
+
+
+def _report_extra_installed(arguments: argparse.Namespace) -> bool:
+    """Whether matplotlib (the ``report`` extra) can draw the HTML reports; if not, says so in one line."""
+    from chunkline.pipelines.report import ReportExtraMissingError, require_matplotlib
+
+    try:
+        require_matplotlib()
+    except ReportExtraMissingError as error:
+        _print_error(arguments, str(error))
+        return False
+    return True
 
 
 def _evaluate_command(arguments: argparse.Namespace) -> int:
@@ -502,6 +523,8 @@ def _evaluate_command(arguments: argparse.Namespace) -> int:
     for config in configs.values():
         counter_for(config)  # a tokenizer that cannot load fails here, before any work
     retrievers = ("embedding", "bm25") if arguments.retriever == "both" else (arguments.retriever,)
+    if arguments.report and not _report_extra_installed(arguments):
+        return 2  # before the evaluation, not after it
 
     def progress(message: str) -> None:
         print(f"chunkline: {message}", file=sys.stderr, flush=True)
@@ -545,12 +568,16 @@ def _evaluate_command(arguments: argparse.Namespace) -> int:
 def _markdown_files(paths: Sequence[str]) -> Iterator[tuple[Path, str, str | None]]:
     """(file, doc_id, why it is not read or None) for each path: a file (doc_id its name), or every markdown
     file under a folder (doc_id its path relative to the folder), found and named as ``chunkline run`` does
-    (:func:`chunkline.dataset.inputs.walk_local_folder`): links inside the folder are followed, a link
-    out of it or in a loop and a folder that cannot be listed come with the reason."""
+    (:func:`chunkline.dataset.inputs.walk_local_folder`, :func:`chunkline.dataset.inputs.doc_id_of`): links
+    inside the folder are followed, a link out of it or in a loop and a folder that cannot be listed come
+    with the reason."""
     for raw in paths:
         path = Path(raw)
+        if any(character in raw for character in "*?[") and not path.exists():
+            yield from _glob_files(raw)
+            continue
         if not path.is_dir():
-            yield path, utf8_name(path.name), None
+            yield path, doc_id_of(path.as_posix(), path.parent.as_posix()), None
             continue
         root = str(path).rstrip("/") or "/"
         try:
@@ -560,7 +587,7 @@ def _markdown_files(paths: Sequence[str]) -> Iterator[tuple[Path, str, str | Non
             continue
         for entry in entries:
             file = Path(entry.path)
-            doc_id = utf8_name(entry.path[len(root) :].lstrip("/"))
+            doc_id = doc_id_of(entry.path, root)
             markdown = file.suffix.lower() in MARKDOWN_SUFFIXES
             if entry.kind == "file" and markdown:
                 yield file, doc_id, None
@@ -572,10 +599,32 @@ def _markdown_files(paths: Sequence[str]) -> Iterator[tuple[Path, str, str | Non
                 yield file, doc_id, f"a link to {utf8_name(entry.detail)!r}, a folder it is inside; not followed"
 
 
+def _glob_files(pattern: str) -> Iterator[tuple[Path, str, str | None]]:
+    """The files a glob the shell left alone matches (``'docs/**/*.md'``), listed and named as
+    ``chunkline run`` lists and names a glob input: doc ids relative to the part before the first wildcard."""
+    from chunkline.dataset.inputs import match_input
+    from chunkline.dataset.settings import InputConfig
+
+    try:
+        sources = list(match_input(pattern, 0, InputConfig()))
+    except FileNotFoundError as error:  # the part before the first wildcard is no folder
+        yield Path(pattern), utf8_name(pattern), str(error)
+        return
+    except OSError as error:
+        yield Path(pattern), utf8_name(pattern), f"cannot be listed: {error.strerror or error}"
+        return
+    if not sources:
+        yield Path(pattern), utf8_name(pattern), "matches no file"
+    for source in sources:
+        yield Path(source.path), source.doc_id, source.problem.message if source.problem else None
+
+
 def _chunk_command(arguments: argparse.Namespace) -> int:
     config = load_chunk_config(arguments.config, arguments.overrides)
     counter = counter_for(config)
     out = sys.stdout
+    if hasattr(out, "reconfigure"):  # text as it is, and a terminal that cannot show a character gets \\u...
+        out.reconfigure(errors="backslashreplace")
     started = time.perf_counter()
     files_done = failures = chunk_total = token_total = byte_total = 0
     for file, doc_id, problem in _markdown_files(arguments.paths):
@@ -644,8 +693,8 @@ def _print_table(out: TextIO, label: str, chunks: list[Chunk], config: ChunkConf
     for chunk in chunks:
         lines = f"{chunk.start_line}-{chunk.end_line}"
         marker = "*" if chunk.is_sub_split else " "
-        path = " > ".join(chunk.heading_path) or "(preamble)"
-        preview = chunk.text[:preview_chars].encode("unicode_escape").decode("ascii")
+        path = _one_line(" > ".join(chunk.heading_path)) or "(preamble)"
+        preview = _one_line(chunk.text[:preview_chars])
         if len(chunk.text) > preview_chars:
             preview += "..."
         out.write(
@@ -653,9 +702,23 @@ def _print_table(out: TextIO, label: str, chunks: list[Chunk], config: ChunkConf
         )
         context = _embed_context_of(chunk)
         if context and context != path:
-            out.write(f"{'':>34}embeds after: {context.encode('unicode_escape').decode('ascii')}\n")
+            out.write(f"{'':>34}embeds after: {_one_line(context)}\n")
         out.write(f"{'':>34}{preview}\n")
     out.write("\n")
+
+
+# What the table preview escapes: control characters (line breaks, tabs, escape sequences), the Unicode
+# line and paragraph separators and the bidirectional overrides and isolates, which would break the table's
+# lines or reorder them. Every other character, accents, CJK and emoji included, is shown as it is.
+_NOT_SHOWN_AS_IS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _one_line(text: str) -> str:
+    """``text`` as it is, on one line: a character in ``_NOT_SHOWN_AS_IS`` is written as its escape."""
+    return _NOT_SHOWN_AS_IS.sub(
+        lambda match: _ESCAPES.get(match[0]) or match[0].encode("unicode_escape").decode(), text
+    )
 
 
 def _embed_context_of(chunk: Chunk) -> str:

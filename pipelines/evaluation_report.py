@@ -10,13 +10,12 @@ in a table.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import matplotlib
-import matplotlib.style
-from matplotlib.figure import Figure
+from chunkline.pipelines.report import _STYLE, _e, _image, _new_axes, _number, _short, html_page, require_matplotlib
 
-from chunkline.pipelines.report import _STYLE, _e, _image, _new_axes, _number, _short, html_page
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 __all__ = ["render_evaluation_report", "metric_figure"]
 
@@ -107,6 +106,7 @@ def _configs_html(configs: dict[str, dict[str, Any]]) -> str:
 def render_evaluation_report(data: dict[str, Any], title: str = "chunkline evaluation") -> str:
     """The HTML page for an evaluation's figures (``EvaluationResult.to_dict()``)."""
     results = data["results"]
+    matplotlib = require_matplotlib()
     with matplotlib.style.context("default"), matplotlib.rc_context(_STYLE):
         recall_image = _image(metric_figure(results, "recall_percent", "Recall"), "Recall by config and retriever")
         iou_image = _image(metric_figure(results, "iou_percent", "IoU"), "IoU by config and retriever")

@@ -10,6 +10,9 @@ The numbers come from plain functions (:func:`token_histogram_bins`, :func:`chun
 :func:`heading_depth_counts`, :func:`largest_documents`, :func:`collect_report_data`) that a notebook or a
 test can call on their own. The same dataset gives the same HTML, byte for byte: figure size, resolution and
 style are fixed and the PNGs carry no software or time stamp.
+
+matplotlib comes with the ``report`` extra; without it, drawing a report raises
+:class:`ReportExtraMissingError`, whose message is the pip command.
 """
 
 from __future__ import annotations
@@ -22,19 +25,22 @@ import warnings
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import fsspec
-import matplotlib
-import matplotlib.style
 import pyarrow.compute as pc
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 
 from chunkline.dataset.publish import read_dataset, read_manifest
 from chunkline.pipelines.describe import token_histogram
 
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
 __all__ = [
+    "REPORT_EXTRA_COMMAND",
+    "ReportExtraMissingError",
+    "require_matplotlib",
     "build_html_report",
     "write_html_report",
     "save_html",
@@ -47,6 +53,26 @@ __all__ = [
     "largest_documents",
     "figure_png",
 ]
+
+REPORT_EXTRA_COMMAND = "pip install 'chunkline[report]'"
+
+
+class ReportExtraMissingError(ImportError):
+    """matplotlib, the package of the ``report`` extra, is not installed."""
+
+
+def require_matplotlib() -> ModuleType:
+    """The ``matplotlib`` module with what the reports draw with (the Agg canvas, ``Figure``, styles) loaded,
+    or :class:`ReportExtraMissingError` naming the extra to install."""
+    try:
+        import matplotlib
+        import matplotlib.backends.backend_agg
+        import matplotlib.figure
+        import matplotlib.style
+    except ImportError as error:
+        raise ReportExtraMissingError(f"the HTML report needs matplotlib ({error}): {REPORT_EXTRA_COMMAND}") from None
+    return matplotlib
+
 
 #: Every chart's size in inches and resolution: fixed, so the same numbers always give the same pixels.
 FIGURE_SIZE = (5.6, 3.0)
@@ -190,7 +216,7 @@ def collect_report_data(
 
 def figure_png(figure: Figure) -> bytes:
     """``figure`` as PNG bytes, drawn by Agg, with no metadata that changes from one run to the next."""
-    FigureCanvasAgg(figure)
+    require_matplotlib().backends.backend_agg.FigureCanvasAgg(figure)
     buffer = io.BytesIO()
     with warnings.catch_warnings():
         # A doc_id in a script the bundled font lacks is drawn with boxes: not worth a warning per glyph.
@@ -200,7 +226,7 @@ def figure_png(figure: Figure) -> bytes:
 
 
 def _new_axes(title: str, size: tuple[float, float] = FIGURE_SIZE):
-    figure = Figure(figsize=size, dpi=FIGURE_DPI, layout="constrained")
+    figure = require_matplotlib().figure.Figure(figsize=size, dpi=FIGURE_DPI, layout="constrained")
     axes = figure.subplots()
     # A figure title, not an axes title: long tick labels push the axes right, the title stays at the left.
     figure.suptitle(title, x=0.01, ha="left", fontsize=12, fontweight="bold")
@@ -433,6 +459,7 @@ def render_html_report(data: dict[str, Any]) -> str:
     """The HTML page for the numbers of :func:`collect_report_data`."""
     summary = data["summary"]
     # Matplotlib's default style first, whatever the user's matplotlibrc says, so the images are reproducible.
+    matplotlib = require_matplotlib()
     with matplotlib.style.context("default"), matplotlib.rc_context(_STYLE):
         tokens_image = _image(
             token_histogram_figure(data["token_histogram"], summary["max_tokens"]),

@@ -4,6 +4,10 @@
 sorted by: the chunker's ``ROW_TABLES`` and the ``CHANGE_TABLES`` derived from them.
 """
 
+from collections.abc import Iterable
+
+import pyarrow as pa
+
 from chunkline.schemas.changes import (
     CHANGE_KINDS,
     CHANGED_DOCUMENTS_SCHEMA,
@@ -12,7 +16,14 @@ from chunkline.schemas.changes import (
     EMBEDDING_CHANGED_FIELD,
     upserts_schema,
 )
-from chunkline.schemas.chunks import CHUNKS_SCHEMA, SCHEMA_VERSION
+from chunkline.schemas.chunks import (
+    CHUNKS_SCHEMA,
+    FRONT_MATTER_TYPES,
+    SCHEMA_VERSION,
+    FrontMatterColumn,
+    chunks_schema,
+    with_front_matter_columns,
+)
 from chunkline.schemas.documents import DOCUMENT_STATUSES, DOCUMENTS_SCHEMA
 from chunkline.schemas.errors import ERROR_STAGES, ERRORS_SCHEMA
 
@@ -26,6 +37,24 @@ TABLE_SCHEMAS = {
     "changes/deletes": (CHUNK_DELETES_SCHEMA, ("doc_id", "chunk_id")),
 }
 
+#: The tables whose columns include the promoted front-matter keys (``output.front_matter_columns``).
+FRONT_MATTER_TABLES = ("chunks", "changes/upserts")
+
+
+def table_schemas(
+    front_matter_columns: Iterable[FrontMatterColumn] = (),
+) -> dict[str, tuple[pa.Schema, tuple[str, ...]]]:
+    """``TABLE_SCHEMAS`` of a run that promotes ``front_matter_columns``: ``chunks`` and ``changes/upserts``
+    with those columns appended (``TABLE_SCHEMAS`` itself when there are none)."""
+    columns = tuple(front_matter_columns)
+    if not columns:
+        return TABLE_SCHEMAS
+    return {
+        table: (with_front_matter_columns(schema, columns), key) if table in FRONT_MATTER_TABLES else (schema, key)
+        for table, (schema, key) in TABLE_SCHEMAS.items()
+    }
+
+
 #: The tables the chunker's rows fill; the ``changes/`` tables are derived from them and the previous snapshot.
 ROW_TABLES = ("chunks", "documents", "errors")
 CHANGE_TABLES = ("changes/documents", "changes/upserts", "changes/deletes")
@@ -38,6 +67,11 @@ __all__ = [
     "CHUNK_UPSERTS_SCHEMA",
     "ROW_TABLES",
     "CHUNKS_SCHEMA",
+    "FRONT_MATTER_TABLES",
+    "FRONT_MATTER_TYPES",
+    "FrontMatterColumn",
+    "chunks_schema",
+    "table_schemas",
     "DOCUMENTS_SCHEMA",
     "DOCUMENT_STATUSES",
     "EMBEDDING_CHANGED_FIELD",

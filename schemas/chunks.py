@@ -2,13 +2,28 @@
 
 Column names are a contract (PRODUCT.md): columns are added, never renamed. Every field carries a
 ``description`` in its metadata, and the schema carries ``chunkline.schema_version``.
+
+``CHUNKS_SCHEMA`` is the table with no front-matter columns; a run with ``output.front_matter_columns``
+writes :func:`chunks_schema` of them: the same columns, then one typed column per promoted front-matter key
+(:class:`FrontMatterColumn`), in the order they are given (the config's parser sorts them by name).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass
+
 import pyarrow as pa
 
-__all__ = ["CHUNKS_SCHEMA", "SCHEMA_VERSION", "field"]
+__all__ = [
+    "CHUNKS_SCHEMA",
+    "FRONT_MATTER_TYPES",
+    "FrontMatterColumn",
+    "SCHEMA_VERSION",
+    "chunks_schema",
+    "field",
+    "with_front_matter_columns",
+]
 
 #: Bumped when a column is added or its meaning changes.
 SCHEMA_VERSION = "3"
@@ -79,3 +94,60 @@ CHUNKS_SCHEMA = pa.schema(
         ),
     },
 )
+
+
+#: The types a promoted front-matter key can have, by the name ``output.front_matter_columns`` gives them.
+FRONT_MATTER_TYPES: dict[str, pa.DataType] = {
+    "string": pa.string(),
+    "list<string>": pa.list_(pa.string()),
+    "integer": pa.int64(),
+    "float": pa.float64(),
+    "boolean": pa.bool_(),
+    "timestamp": pa.timestamp("us", tz="UTC"),
+}
+
+_WHAT_FITS = {
+    "string": "a string (a date YAML reads unquoted counts, as its ISO 8601 text)",
+    "list<string>": "a list of strings (a single string is a list of one)",
+    "integer": "a whole number within 64 bits",
+    "float": "a number (a whole number becomes a float when it is exact as one)",
+    "boolean": "true or false",
+    "timestamp": "a date or a date and time in ISO 8601, in UTC (a date is its midnight; a time without an "
+    "offset is taken as UTC)",
+}
+
+
+@dataclass(frozen=True)
+class FrontMatterColumn:
+    """One front-matter key promoted to a typed ``chunks`` column (``output.front_matter_columns``)."""
+
+    key: str
+    """The top-level key of the document's front matter."""
+    type: str
+    """A name of :data:`FRONT_MATTER_TYPES`."""
+    column: str
+    """The column's name in ``chunks`` (and ``changes/upserts``)."""
+
+    def arrow_field(self) -> pa.Field:
+        """The column as an Arrow field, nullable, with its description."""
+        return field(
+            self.column,
+            FRONT_MATTER_TYPES[self.type],
+            f"Front matter {self.key!r} of the chunk's document, as {self.type} (output.front_matter_columns): "
+            f"{_WHAT_FITS[self.type]}. Null when the front matter has no such key, or a value that does not fit "
+            "(the errors table then holds a FrontMatterTypeMismatch row naming the key and the value).",
+            nullable=True,
+        )
+
+
+def with_front_matter_columns(schema: pa.Schema, front_matter_columns: Iterable[FrontMatterColumn]) -> pa.Schema:
+    """``schema`` with one field per promoted front-matter key appended, its metadata kept."""
+    extra = [column.arrow_field() for column in front_matter_columns]
+    if not extra:
+        return schema
+    return pa.schema([*schema, *extra], metadata=schema.metadata)
+
+
+def chunks_schema(front_matter_columns: Iterable[FrontMatterColumn] = ()) -> pa.Schema:
+    """The ``chunks`` table of a run that promotes ``front_matter_columns``: ``CHUNKS_SCHEMA`` when none."""
+    return with_front_matter_columns(CHUNKS_SCHEMA, front_matter_columns)

@@ -5,15 +5,19 @@ whether it may be null and its description (the ``description`` of the field met
 description is the ``description`` of its schema metadata). ``docs/data-dictionary.md`` is this output::
 
     python -m chunkline.schemas.dictionary > docs/data-dictionary.md
+
+A run that promotes front-matter keys (``output.front_matter_columns``) writes more columns in ``chunks``
+and ``changes/upserts``; ``data_dictionary_markdown(config.output.promoted_front_matter)`` lists them too.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable
 
 import pyarrow as pa
 
-from chunkline.schemas import SCHEMA_VERSION, TABLE_SCHEMAS
+from chunkline.schemas import FRONT_MATTER_TABLES, FRONT_MATTER_TYPES, SCHEMA_VERSION, FrontMatterColumn, table_schemas
 
 __all__ = ["REGENERATE_COMMAND", "data_dictionary_markdown", "description_of", "type_name"]
 
@@ -28,7 +32,8 @@ READER_TYPES = (
     "| --- | --- | --- | --- |",
     "| `int32`, `int64` | `int32`, `int64` | `Int32`, `Int64` | `INTEGER`, `BIGINT` |",
     "| `string`, `large_string` | `str` (`object` before pandas 3) | `String` | `VARCHAR` |",
-    "| `bool` | `bool` | `Boolean` | `BOOLEAN` |",
+    "| `double` | `float64` | `Float64` | `DOUBLE` |",
+    "| `bool` | `bool` (`object` when it holds a null) | `Boolean` | `BOOLEAN` |",
     "| `timestamp[us, tz=UTC]` | `datetime64[us, UTC]` | `Datetime(us, UTC)` | `TIMESTAMP WITH TIME ZONE` |",
     "| `list<string>` | `object`: arrays of `str` (lists with `read_dataset(..., as_pandas=True)`) | `List(String)` | `VARCHAR[]` |",
     "",
@@ -56,8 +61,11 @@ def _cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|").replace("<", "\\<")
 
 
-def data_dictionary_markdown() -> str:
-    """The data dictionary of every table in ``TABLE_SCHEMAS``, as a markdown document."""
+def data_dictionary_markdown(front_matter_columns: Iterable[FrontMatterColumn] = ()) -> str:
+    """The data dictionary of every table in ``TABLE_SCHEMAS``, as a markdown document; with the columns of
+    ``front_matter_columns`` (a run's ``output.front_matter_columns``) in the tables that hold them."""
+    schemas = table_schemas(front_matter_columns)
+    tables_with = " and ".join(f"`{table}`" for table in FRONT_MATTER_TABLES)
     lines = [
         "# Data dictionary",
         "",
@@ -69,13 +77,17 @@ def data_dictionary_markdown() -> str:
         "metadata, and each file's schema metadata names its table (`chunkline.table`) and",
         "`chunkline.schema_version`.",
         "",
+        f"A run with `output.front_matter_columns` adds one nullable column per promoted front-matter key to {tables_with},",
+        f"after the columns below, typed as the config says ({', '.join(f'`{name}`' for name in FRONT_MATTER_TYPES)})",
+        "and described in the files like every other column.",
+        "",
         "| table | columns | key |",
         "| --- | ---: | --- |",
     ]
-    for table, (schema, key) in TABLE_SCHEMAS.items():
+    for table, (schema, key) in schemas.items():
         lines.append(f"| [`{table}`](#{_anchor(table)}) | {len(schema)} | {', '.join(f'`{name}`' for name in key)} |")
     lines += ["", *READER_TYPES]
-    for table, (schema, key) in TABLE_SCHEMAS.items():
+    for table, (schema, key) in schemas.items():
         lines += ["", f"## `{table}`", ""]
         description = description_of(schema.metadata)
         if description:

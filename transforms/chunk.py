@@ -13,7 +13,9 @@ Bad input never raises: a binary file, invalid UTF-8 under ``encoding_errors: st
 large or could not be read, front matter that is refused, a document the parser or the strategy fails on,
 or rows that the tables cannot hold each become one ``errors`` row and a ``documents`` row with status
 ``error``, and the run goes on. Every step that looks at a document runs inside that
-per-document handling.
+per-document handling. With promoted front-matter columns (``output.front_matter_columns``), a value that
+does not fit its column's type is null there and one ``errors`` row (``FrontMatterTypeMismatch``) of a
+document that is chunked all the same (see :mod:`chunkline.dataset.front_matter_columns`).
 
 Decoding and the binary check are the dataset floor's (:mod:`chunkline.dataset.decoding`), shared with
 ``chunkline chunk``. The tokenizer is loaded once per worker in ``DoFn.setup()``, from a local file (never
@@ -36,11 +38,12 @@ import pyarrow as pa
 
 from chunkline.config import ChunkConfig
 from chunkline.dataset.decoding import BinaryFileError, decode_file
+from chunkline.dataset.front_matter_columns import FRONT_MATTER_MISMATCH, front_matter_values
 from chunkline.dataset.inputs import FileProblem, SourceFile
 from chunkline.dataset.settings import RunConfig
 from chunkline.dataset.storage import scrub_secrets
 from chunkline.engine import chunk_document
-from chunkline.schemas import TABLE_SCHEMAS
+from chunkline.schemas import FrontMatterColumn, table_schemas
 from chunkline.structure import parse_markdown
 from chunkline.tokenizers import counter_for
 from chunkline.transforms.in_process import apply_in_process
@@ -58,13 +61,21 @@ logger = logging.getLogger("chunkline")
 class _ChunkDocumentsFn(beam.DoFn):
     _PROGRESS_SECONDS = 10.0
 
-    def __init__(self, config: ChunkConfig, encoding_errors: str, secrets: tuple[str, ...]):
+    def __init__(
+        self,
+        config: ChunkConfig,
+        encoding_errors: str,
+        secrets: tuple[str, ...],
+        front_matter_columns: tuple[FrontMatterColumn, ...] = (),
+    ):
         self._config = config
         self._encoding_errors = encoding_errors
         self._secrets = secrets
+        self._front_matter_columns = front_matter_columns
 
     def setup(self) -> None:
         self._counter = counter_for(self._config)
+        self._schemas = table_schemas(self._front_matter_columns)
         self._documents_done = 0
         self._bytes_done = 0
         self._last_report = time.monotonic()
@@ -130,6 +141,8 @@ class _ChunkDocumentsFn(beam.DoFn):
             )
         with _failures_as_problems("chunk", "its rows could not be built"):
             rows: list[tuple[str, dict[str, Any]]] = [(CHUNKS, chunk.to_dict()) for chunk in chunks]
+            if self._front_matter_columns:
+                rows += self._promote_front_matter(source, front_matter.data if front_matter else None, rows)
             document_row.update(
                 status="ok",
                 chunk_count=len(chunks),
@@ -142,8 +155,30 @@ class _ChunkDocumentsFn(beam.DoFn):
                 ),
             )
             rows.append((DOCUMENTS, document_row))
-        _check_rows_fit_schemas(rows)
+        _check_rows_fit_schemas(rows, self._schemas)
         return rows
+
+    def _promote_front_matter(
+        self, source: SourceFile, data: dict[str, Any] | None, rows: list[tuple[str, dict[str, Any]]]
+    ) -> list[tuple[str, dict[str, Any]]]:
+        """Add the promoted front-matter columns to the chunk ``rows``; returns an errors row for each value
+        that does not fit its column's type (the column is null, the document is still chunked)."""
+        values, mismatches = front_matter_values(data, self._front_matter_columns)
+        for _, row in rows:
+            row.update(values)
+        return [
+            (
+                ERRORS,
+                {
+                    "doc_id": source.doc_id,
+                    "source_uri": source.source_uri,
+                    "stage": "parse",
+                    "error_type": FRONT_MATTER_MISMATCH,
+                    "message": message,
+                },
+            )
+            for message in mismatches
+        ]
 
     def _progress(self, size: int) -> None:
         self._documents_done += 1
@@ -225,15 +260,18 @@ def _failures_as_problems(stage: str, what_failed: str | None = None) -> Iterato
         raise _Problem(stage, type(error).__name__, message) from None
 
 
-def _check_rows_fit_schemas(rows: list[tuple[str, dict[str, Any]]]) -> None:
-    """Convert the document's rows to Arrow as the writer will, so that a value its table cannot hold is
-    this document's error row here rather than a failed write of a whole shard later."""
+def _check_rows_fit_schemas(
+    rows: list[tuple[str, dict[str, Any]]], schemas: dict[str, tuple[pa.Schema, tuple[str, ...]]]
+) -> None:
+    """Convert the document's rows to Arrow as the writer will (``schemas``: the run's
+    :func:`~chunkline.schemas.table_schemas`), so that a value its table cannot hold is this document's
+    error row here rather than a failed write of a whole shard later."""
     by_table: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for table, row in rows:
         by_table[table].append(row)
     for table, table_rows in by_table.items():
         try:
-            pa.Table.from_pylist(table_rows, schema=TABLE_SCHEMAS[table][0])
+            pa.Table.from_pylist(table_rows, schema=schemas[table][0])
         except (pa.ArrowException, TypeError, ValueError, OverflowError) as error:
             detail = " ".join(str(error).split()) or type(error).__name__
             raise _Problem(
@@ -245,20 +283,31 @@ class ChunkDocuments(beam.PTransform):
     """Chunk each :class:`~chunkline.dataset.inputs.SourceFile` into the list of its ``(table, row)`` pairs for ``chunks``,
     ``documents`` and ``errors``."""
 
-    def __init__(self, config: ChunkConfig, encoding_errors: str = "strict", secrets: tuple[str, ...] = ()):
+    def __init__(
+        self,
+        config: ChunkConfig,
+        encoding_errors: str = "strict",
+        secrets: tuple[str, ...] = (),
+        *,
+        front_matter_columns: tuple[FrontMatterColumn, ...] = (),
+    ):
         super().__init__()
         if encoding_errors not in ("strict", "replace"):
             raise ValueError(f"encoding_errors must be 'strict' or 'replace', got {encoding_errors!r}")
         self._config = config
         self._encoding_errors = encoding_errors
         self._secrets = tuple(secrets)
+        self._front_matter_columns = tuple(front_matter_columns)
 
     def expand(self, sources: beam.PCollection[SourceFile]) -> beam.PCollection[list[tuple[str, dict[str, Any]]]]:
-        return sources | "Chunk" >> beam.ParDo(_ChunkDocumentsFn(self._config, self._encoding_errors, self._secrets))
+        return sources | "Chunk" >> beam.ParDo(self._fn())
 
     def chunk_in_process(self, sources: Iterable[SourceFile]) -> Iterator[list[tuple[str, dict[str, Any]]]]:
         """The same chunking without a runner (see :mod:`chunkline.transforms.in_process`)."""
-        return apply_in_process(_ChunkDocumentsFn(self._config, self._encoding_errors, self._secrets), sources)
+        return apply_in_process(self._fn(), sources)
+
+    def _fn(self) -> _ChunkDocumentsFn:
+        return _ChunkDocumentsFn(self._config, self._encoding_errors, self._secrets, self._front_matter_columns)
 
 
 def _picked(table: str, row_type: type) -> Callable[[list[tuple[str, dict[str, Any]]]], Iterator[Any]]:
@@ -358,13 +407,14 @@ class ChunkMarkdown(beam.PTransform):
         super().__init__()
         if isinstance(config, RunConfig):
             chunking, encoding_errors, secrets = config.chunking, config.input.encoding_errors, tuple(config.secrets())
+            front_matter_columns = config.output.promoted_front_matter
         elif isinstance(config, ChunkConfig):
-            chunking, encoding_errors, secrets = config, "strict", ()
+            chunking, encoding_errors, secrets, front_matter_columns = config, "strict", (), ()
         else:
             raise TypeError(f"ChunkMarkdown takes a RunConfig or a ChunkConfig, got {type(config).__name__}")
-        self._documents = ChunkDocuments(chunking, encoding_errors, secrets)
-        # The chunks table's schema decides the row type (a config that adds columns gets them as fields).
-        chunks_schema = TABLE_SCHEMAS[CHUNKS][0]
+        self._documents = ChunkDocuments(chunking, encoding_errors, secrets, front_matter_columns=front_matter_columns)
+        # The chunks table's schema decides the row type (promoted front-matter columns become fields).
+        chunks_schema = table_schemas(front_matter_columns)[CHUNKS][0]
         self._row_types = {
             CHUNKS: chunk_row_type or chunk_row_type_for(chunks_schema),
             DOCUMENTS: DocumentRow,

@@ -48,7 +48,6 @@ from chunkline.dataset.staged import (
     staged_counts,
 )
 from chunkline.dataset.storage import list_files, scrub_secrets
-from chunkline.schemas import TABLE_SCHEMAS
 from chunkline.transforms.chunk import CHUNKS, ChunkMarkdownResult
 from chunkline.transforms.rows import value_converter
 from chunkline.transforms.write import WriteChunkTables, WriteSettings
@@ -220,6 +219,7 @@ class WriteChunkDataset(beam.PTransform):
             secrets=tuple(config.secrets()),
             previous=self.plan.previous,
             incremental=self.plan.incremental,
+            front_matter_columns=config.output.promoted_front_matter,
         )
 
     def _write_shard_plans(self) -> None:
@@ -242,7 +242,7 @@ class WriteChunkDataset(beam.PTransform):
 
     def expand(self, result: ChunkMarkdownResult) -> beam.PCollection[str]:
         if result.chunks_replaced:
-            chunk_schema = TABLE_SCHEMAS[CHUNKS][0]
+            chunk_schema = self.settings.schemas[CHUNKS][0]
             chunk_row_type = result.row_types[CHUNKS]
             schema = getattr(chunk_row_type, "_arrow_schema", chunk_schema)
             other_rows = result.per_document | "DocumentAndErrorRows" >> beam.Map(_without_chunks)

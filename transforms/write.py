@@ -36,6 +36,7 @@ import apache_beam as beam
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
+import pyarrow.parquet as pq
 from fsspec.core import url_to_fs
 
 from chunkline.dataset.layout import part_name, part_shard
@@ -54,11 +55,10 @@ from chunkline.dataset.storage import (
     list_files,
     parquet_bytes,
     read_file_bytes,
-    read_parquet_bytes,
     storage_url,
     write_file_atomically,
 )
-from chunkline.schemas import ROW_TABLES, TABLE_SCHEMAS
+from chunkline.schemas import ROW_TABLES, FrontMatterColumn, table_schemas
 from chunkline.transforms.in_process import apply_in_process
 from chunkline.transforms.metrics import count_carried_documents
 
@@ -85,6 +85,13 @@ class WriteSettings:
     """The snapshot to compare with; None for the first run on an output."""
     incremental: bool = False
     """True when only changed documents were chunked: each shard's plan names the rows to carry over."""
+    front_matter_columns: tuple[FrontMatterColumn, ...] = ()
+    """The promoted front-matter columns of ``chunks`` and ``changes/upserts`` (``output.front_matter_columns``)."""
+
+    @property
+    def schemas(self) -> dict[str, tuple[pa.Schema, tuple[str, ...]]]:
+        """Every table's schema and key for this run (:func:`chunkline.schemas.table_schemas`)."""
+        return table_schemas(self.front_matter_columns)
 
 
 def _row_size(row: dict[str, Any]) -> int:
@@ -101,6 +108,7 @@ class _SpillRowsFn(beam.DoFn):
     def setup(self) -> None:
         self._fs, root = url_to_fs(self._settings.staging_url, **(self._settings.storage_options or {}))
         self._spill_root = f"{root.rstrip('/')}/spill"
+        self._schemas = self._settings.schemas
 
     def start_bundle(self) -> None:
         self._rows: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
@@ -124,7 +132,7 @@ class _SpillRowsFn(beam.DoFn):
         for (table_name, shard), rows in sorted(self._rows.items()):
             if not rows:
                 continue
-            schema = TABLE_SCHEMAS[table_name][0]
+            schema = self._schemas[table_name][0]
             table = pa.Table.from_pylist(rows, schema=schema)
             table.validate(full=True)
             path = f"{self._spill_root}/{table_name}/{shard:05d}/{uuid.uuid4().hex}.arrow"
@@ -152,6 +160,9 @@ class _MergeShardFn(beam.DoFn):
         self._snapshot_root = url_to_fs(self._settings.snapshot_url, **options)[1].rstrip("/")
         previous = self._settings.previous
         self._previous_root = url_to_fs(previous.root_url, **options)[1].rstrip("/") if previous else ""
+        self._schemas = self._settings.schemas
+        self._columns_changed = False
+        """Whether the table :meth:`_read_previous` read last had other columns than this run writes."""
 
     def process(self, shard: int, spills_done: Iterable[int] = ()) -> Iterator[str]:
         plan = self._plan(shard)
@@ -165,6 +176,12 @@ class _MergeShardFn(beam.DoFn):
         previous_chunks, chunks = self._merge_table("chunks", shard, previous_parts, carried_ids, plan)
         yield from self._write("chunks", shard, chunks)
         upserts, deletes = chunk_changes(previous_chunks, chunks, carried_ids)
+        if self._columns_changed:
+            # The previous rows had other front-matter columns: a store's copy of every chunk lacks one or
+            # holds one no longer written, so every chunk is an upsert (as against an empty snapshot).
+            upserts = chunk_changes(previous_chunks.slice(0, 0), chunks, carried_ids)[0]
+        upserts_schema = self._schemas["changes/upserts"][0]
+        upserts = upserts.select(upserts_schema.names).cast(upserts_schema)  # the columns in the schema's order
         del previous_chunks, chunks
         yield from self._write("changes/upserts", shard, upserts)
         yield from self._write("changes/deletes", shard, deletes)
@@ -199,7 +216,7 @@ class _MergeShardFn(beam.DoFn):
         if table_name == "documents":
             count_carried_documents(carried)
         merged = sorted_unique(
-            pa.concat_tables([carried, self._read_spills(table_name, shard)]), TABLE_SCHEMAS[table_name][1]
+            pa.concat_tables([carried, self._read_spills(table_name, shard)]), self._schemas[table_name][1]
         )
         return previous, merged
 
@@ -222,11 +239,14 @@ class _MergeShardFn(beam.DoFn):
         return parts
 
     def _read_previous(self, table_name: str, shard: int, previous_parts: dict[str, list[str]]) -> pa.Table:
-        schema = TABLE_SCHEMAS[table_name][0]
+        schema = self._schemas[table_name][0]
         tables = [schema.empty_table()]
+        self._columns_changed = False
         for path in previous_parts.get(table_name, []):
             data = self._read_verified(path)
-            table = read_parquet_bytes(data, schema)
+            table = pq.ParquetFile(pa.BufferReader(data)).read()
+            self._columns_changed |= table.schema.names != schema.names
+            table = _with_columns_of(table, schema)
             if self._settings.previous.shards != self._settings.shards and table.num_rows:
                 in_shard = [
                     shard_of(doc_id, self._settings.shards) == shard for doc_id in table.column("doc_id").to_pylist()
@@ -243,7 +263,7 @@ class _MergeShardFn(beam.DoFn):
         return data
 
     def _read_spills(self, table_name: str, shard: int) -> pa.Table:
-        schema = TABLE_SCHEMAS[table_name][0]
+        schema = self._schemas[table_name][0]
         folder = f"{self._staging_root}/spill/{table_name}/{shard:05d}"
         spill_paths = list_files(self._fs, folder, self._settings.secrets)
         tables = [schema.empty_table()]
@@ -268,7 +288,7 @@ class _MergeShardFn(beam.DoFn):
         for table_name in ROW_TABLES:
             if table_name == "documents" and not plan.documents_untouched:
                 table = with_modified_times(documents, plan.modified_times)
-                yield from self._write(table_name, shard, sorted_unique(table, TABLE_SCHEMAS[table_name][1]))
+                yield from self._write(table_name, shard, sorted_unique(table, self._schemas[table_name][1]))
                 continue
             for source in previous_parts.get(table_name, []):
                 # Read and verified, then written: a storage-side copy would carry bytes nobody checked.
@@ -278,6 +298,21 @@ class _MergeShardFn(beam.DoFn):
                 yield destination
         unchanged = documents_changes(documents, documents, {}, {})
         yield from self._write("changes/documents", shard, unchanged)
+
+
+def _with_columns_of(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """A previous snapshot's ``table`` as a table of this run's ``schema``: when the promoted front-matter
+    columns differ (a full rebuild), a column this run adds is null in the old rows and one it drops is left
+    out, so that the rows compare column by column for the ``changes/`` tables."""
+    if table.schema.names == schema.names:
+        return table.cast(schema)
+    columns = [
+        table.column(field.name).cast(field.type)
+        if field.name in table.schema.names
+        else pa.nulls(len(table), field.type)
+        for field in schema
+    ]
+    return pa.Table.from_arrays(columns, schema=schema)
 
 
 class WriteChunkTables(beam.PTransform):

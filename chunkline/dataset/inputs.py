@@ -56,6 +56,7 @@ __all__ = [
     "ListedEntry",
     "SourceFile",
     "choose_source",
+    "doc_id_of",
     "glob_root",
     "list_input",
     "match_input",
@@ -292,6 +293,15 @@ def _outside_doc_id(path: str) -> str:
     return utf8_name("/".join([_OUTSIDE_FOLDER, digest, *(parts or ["unnamed"])]))
 
 
+def doc_id_of(path: str, root: str, *, archive: bool = False) -> str:
+    """The doc_id of the file listed as ``path`` below the input root ``root``: its clean POSIX path
+    relative to the root as valid UTF-8 (:func:`utf8_name`), or, for a name that leads out of the root, the
+    ``_outside_input/<12 hex>/<name>`` id it is reported under. ``chunkline run`` and ``chunkline chunk``
+    both name files with it."""
+    relative = _safe_doc_id(path, root, archive=archive)
+    return utf8_name(relative) if relative is not None else _outside_doc_id(path)
+
+
 def _outside_problem(path: str, root: str) -> FileProblem:
     where = f"the input's root {root!r}" if root else "the input's root"
     return FileProblem(
@@ -406,10 +416,9 @@ def _source_files(
 ) -> Iterator[SourceFile]:
     """The ``SourceFile`` of one listed entry (none if the input's include/exclude patterns leave it out)."""
     name = entry.path
-    doc_id = _safe_doc_id(name, root, archive=archive)
+    doc_id = doc_id_of(name, root, archive=archive)
     # A name that climbs out of the root is never read, but is reported under an id of its own.
-    problem = _outside_problem(name, root) if doc_id is None else None
-    doc_id = utf8_name(doc_id) if doc_id is not None else _outside_doc_id(name)
+    problem = _outside_problem(name, root) if _safe_doc_id(name, root, archive=archive) is None else None
     source_uri = utf8_name(_source_uri(fs, name, url))
     if entry.kind == "unlisted":
         # Left out only when an exclude pattern covers the folder: its files would be left out anyway.

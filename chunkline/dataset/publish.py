@@ -41,7 +41,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 from fsspec.core import url_to_fs
+from fsspec.implementations.local import LocalFileSystem
 
+from chunkline.dataset.front_matter_columns import parse_front_matter_columns
 from chunkline.dataset.layout import (
     DATASET_FORMAT,
     MANIFEST_NAME,
@@ -71,7 +73,7 @@ from chunkline.dataset.storage import (
     storage_url,
     write_file_atomically,
 )
-from chunkline.schemas import ROW_TABLES, SCHEMA_VERSION, TABLE_SCHEMAS
+from chunkline.schemas import ROW_TABLES, SCHEMA_VERSION, TABLE_SCHEMAS, table_schemas
 
 __all__ = [
     "LOCK_NAME",
@@ -88,6 +90,7 @@ __all__ = [
     "PublishedDataset",
     "acquire_output_lock",
     "dataset_files",
+    "dataset_schemas",
     "discard_run",
     "list_snapshots",
     "manifest_problem",
@@ -127,10 +130,16 @@ class PublishedDataset:
     manifest: dict[str, Any]
 
 
-def _empty_part(table: str) -> tuple[str, bytes]:
-    schema = TABLE_SCHEMAS[table][0]
+def _empty_part(schema: pa.Schema) -> tuple[str, bytes]:
     data = parquet_bytes(schema.empty_table(), 1, "zstd")
     return part_name(0, data), data
+
+
+def dataset_schemas(manifest: dict[str, Any]) -> dict[str, tuple[pa.Schema, tuple[str, ...]]]:
+    """Every table's schema and key in the snapshot ``manifest`` describes: ``TABLE_SCHEMAS`` with the
+    front-matter columns its run promoted (its ``config.output.front_matter_columns``)."""
+    output = (manifest.get("config") or {}).get("output") or {}
+    return table_schemas(parse_front_matter_columns(output.get("front_matter_columns") or {}))
 
 
 # ------------------------------------------------------------------------------------------ publish
@@ -162,6 +171,7 @@ def publish_run(
     snapshot_folder = join_path(SNAPSHOTS_FOLDER, run_id)
     snapshot_root = join_path(root, snapshot_folder)
     tables: dict[str, dict[str, Any]] = {}
+    schemas = dataset_schemas(manifest_fields)
     for table in TABLE_SCHEMAS:
         table_folder = join_path(snapshot_root, table)
         parts = [path for path in list_files(fs, table_folder, secrets) if path.endswith(".parquet")]
@@ -172,7 +182,7 @@ def publish_run(
         names = [posixpath.basename(path) for path in parts]
         if not names:
             # Every table has at least one file, so that readers globbing it find its schema.
-            name, data = _empty_part(table)
+            name, data = _empty_part(schemas[table][0])
             write_file_atomically(fs, join_path(table_folder, name), data, secrets=secrets)
             names.append(name)
         tables[table] = {"files": [f"{snapshot_folder}/{table}/{name}" for name in names], "rows": rows}
@@ -320,6 +330,10 @@ def manifest_problem(manifest: Any, snapshot: str | None = None) -> str | None:
     shards = (output or {}).get("shards", 1) if isinstance(output, dict) else 1
     if not _is_count(shards) or shards < 1:
         return f"its shard count {_shown(shards)} is not a positive count"
+    try:
+        parse_front_matter_columns((output or {}).get("front_matter_columns") or {} if isinstance(output, dict) else {})
+    except ValueError as error:
+        return f"its output.{error}"
     tables = manifest.get("tables")
     if not isinstance(tables, dict):
         return "it lists no tables"
@@ -671,14 +685,22 @@ def snapshots_after(url: str, synced: str | None, storage_options: dict[str, Any
 def dataset_files(
     url: str, table: str = "chunks", storage_options: dict[str, Any] | None = None, *, snapshot: str | None = None
 ) -> list[str]:
-    """URLs of exactly the part files of ``table`` in the latest (or the given) snapshot, for readers that
-    take a list of files or a glob (DuckDB, polars, Spark): they all sit in one folder of that snapshot.
-    The manifest is checked; the parts are not read here (:func:`verify_snapshot` reads and checks them)."""
+    """Exactly the part files of ``table`` in the latest (or the given) snapshot, for readers that take a
+    list of files or a glob (pandas, pyarrow, Beam's ``ReadFromParquet``, DuckDB, polars, Spark): they all
+    sit in one folder of that snapshot. A local dataset's parts are plain absolute paths
+    (``/data/out/snapshots/.../part-00000-....parquet``), which every one of those readers opens, where a
+    ``file://`` URL is refused by Beam's ``FileSystems``; a remote one's keep their protocol, as fsspec
+    writes it (``s3://bucket/...``, ``gs://...``, ``memory://...``), to be opened with the same
+    storage options. The manifest is checked; the parts are not read here (:func:`verify_snapshot` reads
+    and checks them)."""
     if table not in TABLE_SCHEMAS:
         raise ValueError(f"unknown table {table!r}; tables: {', '.join(TABLE_SCHEMAS)}")
     manifest = read_manifest(url, storage_options, snapshot=snapshot)
     fs, root = url_to_fs(url, **(storage_options or {}))
-    return [storage_url(fs, join_path(root.rstrip("/"), name)) for name in manifest["tables"][table]["files"]]
+    paths = [join_path(root.rstrip("/"), name) for name in manifest["tables"][table]["files"]]
+    if isinstance(fs, LocalFileSystem):
+        return paths
+    return [storage_url(fs, path) for path in paths]
 
 
 def read_dataset(
@@ -704,7 +726,7 @@ def read_dataset(
         raise DatasetNotFoundError(f"the dataset at {url} has no {table} table (written by an older chunkline)")
     fs, root = url_to_fs(url, **(storage_options or {}))
     secrets = tuple(storage_secrets(storage_options or {}))
-    schema = TABLE_SCHEMAS[table][0]
+    schema = dataset_schemas(manifest)[table][0]
     kept = list(manifest.get("snapshots") or [])
     entry = manifest["tables"][table]
     parts = []

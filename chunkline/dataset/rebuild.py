@@ -9,7 +9,8 @@ A run on an output that already holds a published snapshot compares the listing 
 
 1. If there is no snapshot, ``run.reindex`` is set, or anything that decides the rows differs from the
    snapshot's (the chunking config and tokenizer, chunkline's ``CHUNKING_VERSION``, the schema version,
-   decoding and size settings, the shard count and Parquet settings), the run is a **full** rebuild: every
+   decoding and size settings, the shard count and Parquet settings, the promoted front-matter columns),
+   the run is a **full** rebuild: every
    document goes through the chunker. Its ``changes/`` tables still compare it with the previous snapshot.
 2. Otherwise the inputs are listed and every document that was ``ok`` in the snapshot, still comes from the
    same ``source_uri`` and has the same content SHA-256 (its bytes are read and hashed here, by a pool of
@@ -177,6 +178,10 @@ def rebuild_fingerprint(config: RunConfig) -> str:
         "row_group_rows": config.output.row_group_rows,
         "compression": config.output.compression,
     }
+    if config.output.promoted_front_matter:  # the chunk rows hold these columns (none: as before they existed)
+        decisive["front_matter_columns"] = [
+            [column.key, column.type, column.column] for column in config.output.promoted_front_matter
+        ]
     return hashlib.sha256(json.dumps(decisive, sort_keys=True).encode()).hexdigest()
 
 

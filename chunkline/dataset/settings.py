@@ -17,6 +17,7 @@
       row_group_rows: 65536
       keep: 3                        # snapshots kept after a new one is published
       max_deleted_fraction: 0.5      # a run deleting more of the previous snapshot's documents publishes nothing
+      front_matter_columns: {}       # front-matter key -> type: typed chunks columns (tags: list<string>)
       storage_options: {}
     run:
       workers: 0                     # 0: in-process; N: N worker processes
@@ -40,6 +41,8 @@ from typing import Any, Literal
 from urllib.parse import quote, unquote
 
 from chunkline.config import CHUNK_ENV_PREFIX, ChunkConfig
+from chunkline.dataset.front_matter_columns import parse_front_matter_columns
+from chunkline.schemas import FrontMatterColumn
 from chunkline.settings import (
     ConfigError,
     as_mapping,
@@ -139,6 +142,10 @@ class OutputConfig:
     max_deleted_fraction: float = 0.5
     """A run that would delete more than this share of the previous snapshot's documents publishes nothing
     and fails, unless ``run.allow_deletes``; 1.0 never refuses."""
+    front_matter_columns: dict[str, Any] = field(default_factory=dict)
+    """Front-matter keys promoted to typed ``chunks`` columns: key -> type (``string``, ``list<string>``,
+    ``integer``, ``float``, ``boolean``, ``timestamp``), or key -> ``{type: ..., column: NAME}``; see
+    :mod:`chunkline.dataset.front_matter_columns`."""
     storage_options: dict[str, Any] = field(default_factory=dict)
     """fsspec storage options for the output; never written anywhere."""
 
@@ -150,6 +157,12 @@ class OutputConfig:
         check_whole_number(self.shards, "shards", minimum=1, maximum=MAX_SHARDS)
         check_whole_number(self.row_group_rows, "row_group_rows", minimum=1)
         check_compression(self.compression)
+        parse_front_matter_columns(self.front_matter_columns)
+
+    @property
+    def promoted_front_matter(self) -> tuple[FrontMatterColumn, ...]:
+        """The columns ``front_matter_columns`` adds to ``chunks``, in its order (checked when built)."""
+        return parse_front_matter_columns(self.front_matter_columns)
 
 
 @dataclass(frozen=True)
@@ -220,6 +233,10 @@ class RunConfig:
                 "keep": self.output.keep,
                 "lock_expiry_seconds": self.output.lock_expiry_seconds,
                 "max_deleted_fraction": self.output.max_deleted_fraction,
+                "front_matter_columns": {
+                    column.key: {"type": column.type, "column": column.column}
+                    for column in self.output.promoted_front_matter
+                },
                 "storage_options": redact(self.output.storage_options),
             },
             "run": {

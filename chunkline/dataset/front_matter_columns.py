@@ -1,0 +1,204 @@
+"""Front-matter keys promoted to typed ``chunks`` columns (``output.front_matter_columns``), with no Beam.
+
+A config names each key and its type, the column taking the key's name unless it names another::
+
+    output:
+      front_matter_columns:
+        tags: list<string>
+        version: string
+        weight: float
+        draft: boolean
+        updated: timestamp
+        title: {type: string, column: page_title}   # `title` is a built-in column: promote it under another name
+
+:func:`parse_front_matter_columns` checks that config (a known type, a column name that is an identifier
+and clashes with no built-in column nor another promoted one). :func:`front_matter_values` gives a
+document's value for each column from its front matter (``FrontMatter.data``, already JSON-safe: YAML dates
+are ISO 8601 text there). A value is converted only where nothing is lost or guessed:
+
+- ``string``: a string (a YAML date is one: its ISO 8601 text). A number or a boolean does not fit: YAML
+  has already turned ``version: 1.10`` into 1.1, and writing ``"1.1"`` would be a value nobody wrote.
+- ``list<string>``: a list of strings, or one string as a list of one (``tags: python``).
+- ``integer``: a whole number (not a boolean) within 64 bits; ``2.0`` or ``"2"`` does not fit.
+- ``float``: a number; a whole number is taken when the float holds it exactly.
+- ``boolean``: ``true`` or ``false`` (YAML 1.1's ``yes``/``no`` load as booleans); a string does not fit.
+- ``timestamp``: ISO 8601 text (or a YAML date or datetime, which arrive as such text): a date is its
+  midnight in UTC, a time with an offset is converted to UTC, one without an offset is taken as UTC.
+
+A key the front matter does not have, or holds as null, is null in its column. A value that does not fit
+is null too, never an error of the document: the document is chunked as ever, and the caller records one
+``errors`` row (``FrontMatterTypeMismatch``) per such value, naming the key, the value and what fits.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from typing import Any
+
+from chunkline.schemas import CHUNK_UPSERTS_SCHEMA, CHUNKS_SCHEMA, FRONT_MATTER_TYPES, FrontMatterColumn
+
+__all__ = [
+    "FRONT_MATTER_MISMATCH",
+    "front_matter_values",
+    "parse_front_matter_columns",
+]
+
+#: ``error_type`` of the errors row of a front-matter value that does not fit its column's type.
+FRONT_MATTER_MISMATCH = "FrontMatterTypeMismatch"
+
+#: Other names a config may give a type, as people write them.
+_TYPE_ALIASES = {"int": "integer", "bool": "boolean", "str": "string", "list[string]": "list<string>"}
+_COLUMN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+_INT64 = (-(2**63), 2**63 - 1)
+# ISO 8601 as Python 3.10's datetime.fromisoformat reads it on every version: a date, optionally a time
+# (minutes, seconds, milliseconds or microseconds) and a UTC offset or Z.
+_ISO_8601 = re.compile(r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.(?:\d{3}|\d{6}))?)?(?:Z|[+-]\d{2}:\d{2})?)?")
+
+
+def parse_front_matter_columns(value: Any) -> tuple[FrontMatterColumn, ...]:
+    """The promoted columns of ``output.front_matter_columns`` (a mapping of key to a type name, or to
+    ``{type: ..., column: ...}``), sorted by column name (the order of the table's columns, whatever order
+    a config file, the environment and ``--set`` gave them in); ``ValueError`` naming the entry for
+    anything else."""
+    if not isinstance(value, Mapping):
+        raise ValueError(
+            f"front_matter_columns must be a mapping of front-matter key to type, got {type(value).__name__}"
+        )
+    builtin = set(CHUNKS_SCHEMA.names) | set(CHUNK_UPSERTS_SCHEMA.names)
+    columns: list[FrontMatterColumn] = []
+    taken: dict[str, str] = {}
+    for key, spec in value.items():
+        where = f"front_matter_columns.{key}"
+        if not isinstance(key, str) or not key:
+            raise ValueError(f"front_matter_columns: a key must be non-empty text, got {key!r}")
+        if isinstance(spec, Mapping):
+            unknown = sorted(set(spec) - {"type", "column"}, key=str)
+            if unknown or "type" not in spec:
+                raise ValueError(f"{where}: expected {{type: ..., column: ...}} (column optional), got {dict(spec)!r}")
+            type_name, column = spec["type"], spec.get("column", key)
+        else:
+            type_name, column = spec, key
+        type_name = _TYPE_ALIASES.get(type_name, type_name) if isinstance(type_name, str) else type_name
+        if type_name not in FRONT_MATTER_TYPES:
+            raise ValueError(f"{where}: unknown type {type_name!r}; types: {', '.join(FRONT_MATTER_TYPES)}")
+        if not isinstance(column, str) or not _COLUMN_NAME.fullmatch(column):
+            raise ValueError(
+                f"{where}: column name {column!r} is not a plain identifier (letters, digits, _; at most 64); "
+                f"name one with {{type: {type_name}, column: NAME}}"
+            )
+        if column in builtin:
+            raise ValueError(
+                f"{where}: column {column!r} is a built-in chunks column; promote the key under another name "
+                f"with {{type: {type_name}, column: fm_{column}}}"
+            )
+        if column in taken:
+            raise ValueError(f"{where}: column {column!r} is also the column of front_matter_columns.{taken[column]}")
+        taken[column] = key
+        columns.append(FrontMatterColumn(key=key, type=type_name, column=column))
+    return tuple(sorted(columns, key=lambda column: column.column))
+
+
+def front_matter_values(
+    data: Mapping[str, Any] | None, columns: tuple[FrontMatterColumn, ...]
+) -> tuple[dict[str, Any], list[str]]:
+    """(column -> the document's value or None, a message for each value that does not fit its type).
+
+    ``data`` is the document's front matter (``FrontMatter.data``), None when it has none."""
+    values: dict[str, Any] = {}
+    mismatches: list[str] = []
+    for column in columns:
+        raw = (data or {}).get(column.key)
+        value = None if raw is None else _CONVERTERS[column.type](raw)
+        if raw is not None and value is None:
+            mismatches.append(_mismatch_message(column, raw))
+        values[column.column] = value
+    return values, mismatches
+
+
+def _mismatch_message(column: FrontMatterColumn, raw: Any) -> str:
+    shown = json.dumps(raw, ensure_ascii=False, sort_keys=True)
+    if len(shown) > 80:
+        shown = shown[:77] + "..."
+    advice = "quote it in the front matter" if column.type == "string" else "fix the value"
+    return (
+        f"front matter {column.key!r} is {shown} ({_json_kind(raw)}), which is not a {column.type} "
+        f"(output.front_matter_columns.{column.key}); its column {column.column} is null for this document's "
+        f"chunks: {advice}, or change the column's type"
+    )
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "a whole number"
+    if isinstance(value, float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    return "a mapping"
+
+
+def _string(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _string_list(value: Any) -> list[str] | None:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list) and all(isinstance(item, str) for item in value):
+        return list(value)
+    return None
+
+
+def _integer(value: Any) -> int | None:
+    if isinstance(value, int) and not isinstance(value, bool) and _INT64[0] <= value <= _INT64[1]:
+        return value
+    return None
+
+
+def _float(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, int):
+        try:
+            converted = float(value)
+        except OverflowError:
+            return None
+        return converted if int(converted) == value else None
+    return None
+
+
+def _boolean(value: Any) -> bool | None:
+    return value if isinstance(value, bool) else None
+
+
+def _timestamp(value: Any) -> datetime | None:
+    if not isinstance(value, str) or not _ISO_8601.fullmatch(value):
+        return None
+    text = value[:-1] + "+00:00" if value.endswith("Z") else value
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:  # 2024-02-30, 25:00
+        return None
+    if moment.tzinfo is None:
+        return moment.replace(tzinfo=timezone.utc)
+    return moment.astimezone(timezone.utc)
+
+
+_CONVERTERS = {
+    "string": _string,
+    "list<string>": _string_list,
+    "integer": _integer,
+    "float": _float,
+    "boolean": _boolean,
+    "timestamp": _timestamp,
+}

@@ -1,0 +1,261 @@
+"""``output.front_matter_columns``: the config is checked when it loads (one line naming the entry), each type
+takes exactly the values that fit it, the schema and the data dictionary describe the columns, and the
+rebuild fingerprint changes with them. The pipeline runs are in tests/pipeline/test_front_matter_run.py."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pyarrow as pa
+import pytest
+
+from chunkline.dataset.front_matter_columns import front_matter_values, parse_front_matter_columns
+from chunkline.dataset.rebuild import rebuild_fingerprint
+from chunkline.dataset.settings import load_run_config
+from chunkline.front_matter import load_front_matter
+from chunkline.schemas import CHUNKS_SCHEMA, FrontMatterColumn, chunks_schema, table_schemas
+from chunkline.schemas.dictionary import data_dictionary_markdown, description_of
+from chunkline.settings import ConfigError
+
+
+def run_config(*overrides: str, environ: dict[str, str] | None = None):
+    return load_run_config(None, list(overrides), environ=environ or {}, inputs=["docs"], output="out")
+
+
+def columns(spec: dict) -> tuple[FrontMatterColumn, ...]:
+    return parse_front_matter_columns(spec)
+
+
+# --------------------------------------------------------------------------------------------------
+# The config
+# --------------------------------------------------------------------------------------------------
+
+
+def test_short_and_long_forms_from_a_file_the_environment_and_set(tmp_path):
+    config_file = tmp_path / "chunkline.yaml"
+    config_file.write_text(
+        "output:\n  front_matter_columns:\n    version: string\n    title: {type: string, column: page_title}\n",
+        encoding="utf-8",
+    )
+    config = load_run_config(
+        config_file,
+        ["output.front_matter_columns.tags=list<string>"],
+        environ={"CHUNKLINE_OUTPUT_FRONT_MATTER_COLUMNS__DRAFT": "bool"},
+        inputs=["docs"],
+        output="out",
+    )
+    assert config.output.promoted_front_matter == (
+        FrontMatterColumn("draft", "boolean", "draft"),
+        FrontMatterColumn("title", "string", "page_title"),
+        FrontMatterColumn("tags", "list<string>", "tags"),
+        FrontMatterColumn("version", "string", "version"),
+    )
+    assert config.to_public_dict()["output"]["front_matter_columns"]["title"] == {
+        "type": "string",
+        "column": "page_title",
+    }
+    assert run_config().output.promoted_front_matter == ()
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        (
+            "output.front_matter_columns.tags=list",
+            "output: front_matter_columns.tags: unknown type 'list'; types: string, list<string>, integer, float, "
+            "boolean, timestamp",
+        ),
+        (
+            "output.front_matter_columns.title=string",
+            "output: front_matter_columns.title: column 'title' is a built-in chunks column; promote the key under "
+            "another name with {type: string, column: fm_title}",
+        ),
+        (
+            "output.front_matter_columns={doc: {type: string, column: doc_id}}",
+            "output: front_matter_columns.doc: column 'doc_id' is a built-in chunks column",
+        ),
+        (
+            "output.front_matter_columns={last-updated: timestamp}",
+            "output: front_matter_columns.last-updated: column name 'last-updated' is not a plain identifier",
+        ),
+        (
+            "output.front_matter_columns={a: string, b: {type: integer, column: a}}",
+            "output: front_matter_columns.b: column 'a' is also the column of front_matter_columns.a",
+        ),
+        (
+            "output.front_matter_columns={v: {kind: string}}",
+            "output: front_matter_columns.v: expected {type: ..., column: ...} (column optional)",
+        ),
+        ("output.front_matter_columns=[tags]", "output.front_matter_columns: expected a mapping"),
+    ],
+)
+def test_a_mistake_is_one_config_error_line_naming_the_entry(override, message):
+    with pytest.raises(ConfigError) as raised:
+        run_config(override)
+    assert str(raised.value).startswith(message)
+    assert "\n" not in str(raised.value)
+
+
+def test_the_fingerprint_changes_with_the_columns_and_not_without_them():
+    plain = rebuild_fingerprint(run_config())
+    tags = rebuild_fingerprint(run_config("output.front_matter_columns.tags=list<string>"))
+    tags_as_text = rebuild_fingerprint(run_config("output.front_matter_columns.tags=string"))
+    renamed = rebuild_fingerprint(
+        run_config("output.front_matter_columns={tags: {type: list<string>, column: labels}}")
+    )
+    assert len({plain, tags, tags_as_text, renamed}) == 4
+    assert rebuild_fingerprint(run_config("output.front_matter_columns={}")) == plain
+    both_orders = {
+        rebuild_fingerprint(run_config(f"output.front_matter_columns={{{spec}}}"))
+        for spec in ("tags: list<string>, draft: boolean", "draft: boolean, tags: list<string>")
+    }
+    assert len(both_orders) == 1
+
+
+# --------------------------------------------------------------------------------------------------
+# The values
+# --------------------------------------------------------------------------------------------------
+
+# Front matter as authors write it: YAML's own types (an unquoted version is a number, an unquoted date a
+# date, yes a boolean), TOML's, and values of the wrong kind.
+YAML_FRONT_MATTER = """\
+title: Harbour sensors
+tags: [sensors, operations]
+category: telemetry
+version: 1.10
+release: "1.10"
+build: 42
+huge: 123456789012345678901234567890
+weight: 3
+ratio: 0.25
+draft: yes
+published: "true"
+updated: 2024-05-01
+reviewed: 2024-05-01T10:30:00+02:00
+noon: "2024-05-01T12:00:00Z"
+naive: "2024-05-01 08:15:00"
+nonsense_date: "May 1st"
+impossible_date: "2024-02-30"
+authors: [ada, 7]
+empty:
+"""
+
+ALL_TYPES = {
+    "tags": "list<string>",
+    "category": "list<string>",
+    "authors": "list<string>",
+    "version": "string",
+    "release": "string",
+    "updated_text": {"type": "string", "column": "updated_text"},
+    "build": "integer",
+    "huge": "integer",
+    "weight": "float",
+    "ratio": "float",
+    "draft": "boolean",
+    "published": "boolean",
+    "updated": "timestamp",
+    "reviewed": "timestamp",
+    "noon": "timestamp",
+    "naive": "timestamp",
+    "nonsense_date": "timestamp",
+    "impossible_date": "timestamp",
+    "empty": "string",
+    "missing": "integer",
+}
+
+
+def test_each_type_takes_what_fits_and_nulls_what_does_not():
+    data = load_front_matter("yaml", YAML_FRONT_MATTER)
+    data["updated_text"] = data["updated"]  # a YAML date, as the JSON-safe front matter holds it
+    values, mismatches = front_matter_values(data, columns(ALL_TYPES))
+    utc = timezone.utc
+    assert values == {
+        "tags": ["sensors", "operations"],
+        "category": ["telemetry"],  # one string is a list of one
+        "authors": None,  # 7 is not a string
+        "version": None,  # YAML read 1.10 as the number 1.1: not written as "1.1"
+        "release": "1.10",
+        "updated_text": "2024-05-01",
+        "build": 42,
+        "huge": None,  # over 64 bits
+        "weight": 3.0,
+        "ratio": 0.25,
+        "draft": True,
+        "published": None,  # the string "true" is not a boolean
+        "updated": datetime(2024, 5, 1, tzinfo=utc),
+        "reviewed": datetime(2024, 5, 1, 8, 30, tzinfo=utc),
+        "noon": datetime(2024, 5, 1, 12, 0, tzinfo=utc),
+        "naive": datetime(2024, 5, 1, 8, 15, tzinfo=utc),
+        "nonsense_date": None,
+        "impossible_date": None,
+        "empty": None,  # null in the front matter: no value, no mismatch
+        "missing": None,  # no such key: no mismatch
+    }
+    mismatched = {message.split("'")[1]: message for message in mismatches}  # in the columns' order: by name
+    assert list(mismatched) == ["authors", "huge", "impossible_date", "nonsense_date", "published", "version"]
+    version = mismatched["version"]
+    assert version.startswith("front matter 'version' is 1.1 (a number), which is not a string")
+    assert "quote it in the front matter" in version
+    # The values fit the columns' Arrow types.
+    schema = chunks_schema(columns(ALL_TYPES))
+    table = pa.Table.from_pylist([values], schema=pa.schema([schema.field(name) for name in values]))
+    assert table.num_rows == 1
+
+
+def test_toml_front_matter_and_a_document_without_any():
+    toml = load_front_matter("toml", 'tags = ["a", "b"]\nupdated = 2024-05-01T10:00:00Z\nweight = 2\n')
+    spec = columns({"tags": "list<string>", "updated": "timestamp", "weight": "integer"})
+    values, mismatches = front_matter_values(toml, spec)
+    assert values == {
+        "tags": ["a", "b"],
+        "updated": datetime(2024, 5, 1, 10, tzinfo=timezone.utc),
+        "weight": 2,
+    }
+    assert mismatches == []
+    assert front_matter_values(None, spec) == ({"tags": None, "updated": None, "weight": None}, [])
+
+
+def test_an_integer_column_refuses_a_float_and_a_float_column_a_whole_number_it_cannot_hold():
+    spec = columns({"count": "integer", "size": "float"})
+    assert front_matter_values({"count": 2.0, "size": 2**60 + 1}, spec)[0] == {"count": None, "size": None}
+    assert front_matter_values({"count": True, "size": False}, spec)[0] == {"count": None, "size": None}
+    assert front_matter_values({"count": -(2**63), "size": 2**53}, spec)[0] == {
+        "count": -(2**63),
+        "size": float(2**53),
+    }
+
+
+# --------------------------------------------------------------------------------------------------
+# The schema and the data dictionary
+# --------------------------------------------------------------------------------------------------
+
+
+def test_the_schemas_append_described_nullable_columns_to_chunks_and_upserts():
+    spec = columns({"tags": "list<string>", "updated": "timestamp", "title": {"type": "string", "column": "fm_title"}})
+    schemas = table_schemas(spec)
+    chunks, upserts = schemas["chunks"][0], schemas["changes/upserts"][0]
+    assert chunks.names == [*CHUNKS_SCHEMA.names, "fm_title", "tags", "updated"]
+    assert upserts.names[-3:] == ["fm_title", "tags", "updated"]
+    assert chunks.metadata == CHUNKS_SCHEMA.metadata
+    assert chunks.field("tags").type == pa.list_(pa.string())
+    assert chunks.field("updated").type == pa.timestamp("us", tz="UTC")
+    assert all(chunks.field(name).nullable for name in ("fm_title", "tags", "updated"))
+    assert description_of(chunks.field("fm_title").metadata).startswith(
+        "Front matter 'title' of the chunk's document, as string"
+    )
+    assert schemas["documents"] == table_schemas()["documents"]
+    assert chunks_schema() is CHUNKS_SCHEMA
+
+
+def test_the_data_dictionary_lists_the_columns_with_their_descriptions():
+    spec = columns({"tags": "list<string>", "version": "string"})
+    dictionary = data_dictionary_markdown(spec)
+    chunks_section = dictionary.split("## `chunks`")[1].split("## `")[0]
+    upserts_section = dictionary.split("## `changes/upserts`")[1].split("## `")[0]
+    for section in (chunks_section, upserts_section):
+        assert (
+            "| `tags` | `list<string>` | yes | Front matter 'tags' of the chunk's document, as list\\<string>"
+            in section
+        )
+        assert "| `version` | `string` | yes | Front matter 'version'" in section
+    assert "`tags`" not in data_dictionary_markdown().split("## `chunks`")[1]
