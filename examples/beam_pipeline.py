@@ -42,7 +42,8 @@ def build_pipeline(pipeline: beam.Pipeline, config: RunConfig) -> beam.PCollecti
     """read -> chunk -> check_chunk -> write; returns the PCollection of the published run id."""
     chunked = pipeline | "Read" >> ReadMarkdown(config) | "Chunk" >> ChunkMarkdown(config)
 
-    checked = chunked.chunks | "CheckChunks" >> beam.Map(check_chunk).with_output_types(ChunkRow)
+    # chunk_row_type is ChunkRow, with any front-matter columns the config promotes as more fields.
+    checked = chunked.chunks | "CheckChunks" >> beam.Map(check_chunk).with_output_types(chunked.chunk_row_type)
 
     # A branch of your own on the schema'd rows: tokens per document, by field name.
     _ = (

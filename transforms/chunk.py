@@ -350,6 +350,13 @@ class ChunkMarkdownResult:
         )
 
     @property
+    def chunk_row_type(self) -> type:
+        """The row type of ``chunks``: :data:`~chunkline.transforms.ChunkRow`, or with a config's promoted
+        front-matter columns (``output.front_matter_columns``) a type that also has them as fields. Declare
+        it as the output type of a step of yours that passes chunks on."""
+        return self.row_types[CHUNKS]
+
+    @property
     def chunks_replaced(self) -> bool:
         """True when :meth:`with_chunks` gave the chunks (the writer then writes those)."""
         return self._replaced_chunks is not None

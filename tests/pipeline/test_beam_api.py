@@ -336,3 +336,58 @@ def test_a_retried_publish_step_finds_its_run_published_and_publishes_nothing_mo
     again = list(apply_in_process(_PublishRunFn(config, write.run_id, write.plan, None), [None], parts=[]))
     assert again == [write.run_id]
     assert manifest(output) == published and table_digests(output, ALL_TABLES) == files
+
+
+RELEASE_NOTES = """---
+title: Release notes
+tags: [ingest, storage]
+version: "2.4"
+---
+
+# Release notes
+
+## Storage
+
+Parts are written once and named by the hash of their bytes, so a retried bundle cannot leave a second copy.
+
+## Ingest
+
+Every document keeps its byte offsets, and the chunker reports one error row per document it cannot read.
+"""
+
+UPGRADE_GUIDE = """---
+title: Upgrading
+tags: ingest
+version: 3
+---
+
+# Upgrading
+
+Rebuild once after the upgrade: the chunking version changed, so every document is chunked again.
+"""
+
+
+def test_example_with_front_matter_columns_publishes_chunkline_runs_dataset(corpus_and_reference, tmp_path):
+    """The config's promoted front-matter columns reach the example's row type and its parts, as in
+    ``chunkline run``: the same part files, with typed ``tags`` and ``version`` columns."""
+    root = write_corpus(tmp_path / "corpus")
+    write_files(root, {"notes/release.md": RELEASE_NOTES.encode(), "notes/upgrade.md": UPGRADE_GUIDE.encode()})
+    columns = ("output.front_matter_columns.tags=list<string>", "output.front_matter_columns.version=string")
+    reference = tmp_path / "reference"
+    run([root], reference, *OVERRIDES, *columns)
+    expected = table_digests(reference, ALL_TABLES)
+    output = tmp_path / "example"
+    finished = run_example(root, output, *[argument for column in columns for argument in ("--set", column)])
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    assert_same_parts(output, expected)
+    chunks = read_dataset(str(output), "chunks").to_pylist()
+    by_doc = {row["doc_id"]: row for row in chunks}
+    assert by_doc["notes/release.md"]["tags"] == ["ingest", "storage"]
+    assert by_doc["notes/release.md"]["version"] == "2.4"
+    assert by_doc["notes/upgrade.md"]["tags"] == ["ingest"]
+    # version: 3 is an integer in YAML, not a string: null, and one errors row names it.
+    assert by_doc["notes/upgrade.md"]["version"] is None
+    assert by_doc["README.md"]["tags"] == ["sensors", "operations"]
+    assert by_doc["CHANGELOG.md"]["tags"] is None  # no such key: null
+    mismatches = [row for row in read_dataset(str(output), "errors").to_pylist() if row["doc_id"] == "notes/upgrade.md"]
+    assert [row["error_type"] for row in mismatches] == ["FrontMatterTypeMismatch"]
