@@ -302,7 +302,7 @@ def _parse_arguments(parser: argparse.ArgumentParser, argv: list[str]) -> argpar
     ``beam_args`` when Beam recognises them as pipeline options, and refused otherwise."""
     command = _subcommand_parser(parser, argv[0]) if argv else None
     beam_options = None
-    if argv and argv[0] == "run":
+    if argv and argv[0] == "run" and not _only_own_options(command, argv[1:]):
         from chunkline.pipelines.beam_options import BeamOptionError, BeamOptions
 
         try:
@@ -322,6 +322,17 @@ def _parse_arguments(parser: argparse.ArgumentParser, argv: list[str]) -> argpar
         raise _UsageError(_describe_unknown(arguments.command, unknown, flags))
     arguments.beam_args = extra
     return arguments
+
+
+def _only_own_options(parser: argparse.ArgumentParser | None, arguments: list[str]) -> bool:
+    """Whether every option among ``arguments`` is one of ``parser``'s own (``--output URL``,
+    ``--set=k=v``): then there is no Beam pipeline option to recognise, and Beam is not imported."""
+    if parser is None:
+        return False
+    own = {flag for action in parser._actions for flag in action.option_strings}
+    return all(
+        argument.split("=", 1)[0] in own for argument in arguments if argument.startswith("-") and argument != "-"
+    )
 
 
 def _subcommand_parser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser | None:
