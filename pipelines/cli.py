@@ -51,7 +51,7 @@ from chunkline.engine import chunk_document
 from chunkline.record import Chunk
 from chunkline.registry import available_strategies, get_strategy
 from chunkline.structure import parse_markdown
-from chunkline.tokenizers import TokenizerUnavailableError, counter_for
+from chunkline.tokenizers import TokenizerUnavailableError, check_counter_loads, counter_for
 
 if TYPE_CHECKING:
     from chunkline.dataset.settings import RunConfig
@@ -448,8 +448,9 @@ def _run_command(arguments: argparse.Namespace) -> int:
 
 def _check_before_running(config: RunConfig) -> None:
     """What would otherwise fail only once the output is locked or the pipeline has started: every URL's
-    filesystem is known and installed, the output is not an existing file, and the tokenizer loads (once,
-    here, so that a missing rank file is one error instead of one per worker)."""
+    filesystem is known and installed, the output is not an existing file, and the tokenizer can load (once,
+    here, so that a missing rank file is one error instead of one per worker; a rank file that matches its
+    published hash is not parsed here: a run with nothing to chunk never needs it)."""
     from fsspec.registry import get_filesystem_class
 
     for setting, url in [*(("input", path) for path in config.input.paths), ("output", config.output.url)]:
@@ -468,7 +469,7 @@ def _check_before_running(config: RunConfig) -> None:
             raise ConfigError(
                 f"output {output}: {existing} is a file; --output names the folder the dataset is published in"
             )
-    counter_for(config.chunking)
+    check_counter_loads(config.chunking)
 
 
 def _inspect_command(arguments: argparse.Namespace) -> int:

@@ -27,6 +27,8 @@ def stage_run_in_process(config: RunConfig, run_id: str, plan: RebuildPlan) -> l
     settings = write_settings_for(config, run_id, plan)
     if plan.incremental:
         write_shard_plans(plan, config, settings.staging_url)
+    if not plan.to_chunk:  # every document carried over: no file to read, no tokenizer to load
+        return write_tables_in_process(settings, [])
     sources = run_bundle(MatchedFileReader(config.input, secrets), plan.to_chunk)
     chunker = DocumentChunker(
         config.chunking, config.input.encoding_errors, secrets, config.output.promoted_front_matter

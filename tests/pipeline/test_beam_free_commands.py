@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -19,7 +20,8 @@ from .conftest import CORPUS, rows_by_doc, write_corpus
 
 pytestmark = pytest.mark.timeout(300)
 
-# Runs chunkline's command line, then writes its exit status and the apache_beam modules it imported.
+# Runs chunkline's command line, then writes its exit status, the apache_beam modules it imported and how
+# many tiktoken encodings it built.
 PROBE = """
 import json, os, sys
 from chunkline.pipelines.cli import main
@@ -29,29 +31,40 @@ try:
 except SystemExit as exit_request:
     status = exit_request.code
 beam = sorted(name for name in sys.modules if name == "apache_beam" or name.startswith("apache_beam."))
+from chunkline.tokenizers import load_encoding
+encodings = load_encoding.cache_info().currsize
 with open(report, "w") as handle:
-    json.dump({"status": status, "beam_modules": beam}, handle)
+    json.dump({"status": status, "beam_modules": beam, "encodings_built": encodings}, handle)
 sys.stdout.flush()
 os._exit(0)
 """
 
 
-def probe(tmp_path: Path, *argv: str) -> tuple[int, list[str], str]:
-    """(exit status, apache_beam modules imported, stderr) of ``chunkline ARGV`` in a fresh interpreter."""
+class Probed(NamedTuple):
+    status: int
+    beam_modules: list[str]
+    """The apache_beam modules the command imported."""
+    encodings_built: int
+    """How many tiktoken encodings it built."""
+    stderr: str
+
+
+def probe(tmp_path: Path, *argv: str) -> Probed:
+    """``chunkline ARGV`` in a fresh interpreter."""
     report = tmp_path / f"probe-{len(list(tmp_path.glob('probe-*')))}.json"
     completed = subprocess.run(
         [sys.executable, "-c", PROBE, str(report), *argv], capture_output=True, text=True, timeout=240, check=False
     )
     assert report.exists(), f"the probe did not report:\n{completed.stderr[-3000:]}"
     result = json.loads(report.read_text())
-    return result["status"], result["beam_modules"], completed.stderr
+    return Probed(result["status"], result["beam_modules"], result["encodings_built"], completed.stderr)
 
 
 def test_help_and_chunk_do_not_import_beam(tmp_path):
     corpus = write_corpus(tmp_path / "corpus")
-    status, beam, _ = probe(tmp_path, "--help")
+    status, beam, _, _ = probe(tmp_path, "--help")
     assert status == 0 and beam == []
-    status, beam, stderr = probe(tmp_path, "chunk", str(corpus / "README.md"), str(corpus / "guide"))
+    status, beam, encodings, stderr = probe(tmp_path, "chunk", str(corpus / "README.md"), str(corpus / "guide"))
     assert status == 0, stderr
     assert beam == []
 
@@ -60,28 +73,30 @@ def test_an_incremental_run_chunked_in_process_does_not_import_beam_and_inspect_
     corpus = write_corpus(tmp_path / "corpus")
     output = tmp_path / "dataset"
 
-    status, beam, stderr = probe(tmp_path, "run", str(corpus), "--output", str(output))
+    status, beam, encodings, stderr = probe(tmp_path, "run", str(corpus), "--output", str(output))
     assert status == 0, stderr
     assert "apache_beam" in beam, "a full run builds a Beam pipeline"
     assert read_manifest(str(output))["rebuild"]["mode"] == "full"
 
     edited = corpus / "guide" / "installation.md"
     edited.write_bytes(CORPUS["guide/installation.md"] + b"\n## Reinstalling\n\nRun the installer again.\n")
-    status, beam, stderr = probe(tmp_path, "run", str(corpus), "--output", str(output))
+    status, beam, encodings, stderr = probe(tmp_path, "run", str(corpus), "--output", str(output))
     assert status == 0, stderr
     assert beam == [], f"an incremental run chunked in process imported {beam[:5]}"
+    assert encodings == 1
     rebuild = read_manifest(str(output))["rebuild"]
     assert (rebuild["mode"], rebuild["in_process"], rebuild["documents_chunked"]) == ("incremental", True, 1)
     assert (
         rows_by_doc(output, "chunks")["guide/installation.md"][-1]["text"].rstrip().endswith("Run the installer again.")
     )
 
-    status, beam, stderr = probe(tmp_path, "run", str(corpus), "--output", str(output))
+    status, beam, encodings, stderr = probe(tmp_path, "run", str(corpus), "--output", str(output))
     assert status == 0, stderr
     assert beam == [], "an unchanged rerun imported Beam"
+    assert encodings == 0, "an unchanged rerun, with nothing to chunk, built the tokenizer"
     assert read_manifest(str(output))["rebuild"]["documents_chunked"] == 0
 
-    status, beam, stderr = probe(tmp_path, "inspect", str(output))
+    status, beam, encodings, stderr = probe(tmp_path, "inspect", str(output))
     assert status == 0, stderr
     assert beam == []
 
@@ -91,7 +106,7 @@ def test_a_run_with_a_beam_option_still_has_it_checked_by_beam(tmp_path):
     on an incremental run is still refused."""
     corpus = write_corpus(tmp_path / "corpus")
     output = tmp_path / "dataset"
-    status, _, stderr = probe(tmp_path, "run", str(corpus), "--output", str(output), "--direct_num_workerz=2")
+    status, _, _, stderr = probe(tmp_path, "run", str(corpus), "--output", str(output), "--direct_num_workerz=2")
     assert status == 2
     assert "--direct_num_workerz" in stderr
     assert not output.exists()
