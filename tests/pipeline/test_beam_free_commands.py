@@ -20,8 +20,8 @@ from .conftest import CORPUS, rows_by_doc, write_corpus
 
 pytestmark = pytest.mark.timeout(300)
 
-# Runs chunkline's command line, then writes its exit status, the apache_beam modules it imported and how
-# many tiktoken encodings it built.
+# Runs chunkline's command line, then writes its exit status, the apache_beam modules it imported, how
+# many tiktoken encodings it built, and which of pyarrow, fsspec, tiktoken and the engine it imported.
 PROBE = """
 import json, os, sys
 from chunkline.pipelines.cli import main
@@ -31,10 +31,11 @@ try:
 except SystemExit as exit_request:
     status = exit_request.code
 beam = sorted(name for name in sys.modules if name == "apache_beam" or name.startswith("apache_beam."))
-from chunkline.tokenizers import load_encoding
-encodings = load_encoding.cache_info().currsize
+heavy = [name for name in ("pyarrow", "fsspec", "tiktoken", "chunkline.engine") if name in sys.modules]
+tokenizers = sys.modules.get("chunkline.tokenizers")
+encodings = tokenizers.load_encoding.cache_info().currsize if tokenizers else 0
 with open(report, "w") as handle:
-    json.dump({"status": status, "beam_modules": beam, "encodings_built": encodings}, handle)
+    json.dump({"status": status, "beam_modules": beam, "encodings_built": encodings, "heavy": heavy}, handle)
 sys.stdout.flush()
 os._exit(0)
 """
@@ -47,6 +48,8 @@ class Probed(NamedTuple):
     encodings_built: int
     """How many tiktoken encodings it built."""
     stderr: str
+    heavy: list[str]
+    """Which of pyarrow, fsspec, tiktoken and chunkline.engine it imported."""
 
 
 def probe(tmp_path: Path, *argv: str) -> Probed:
@@ -57,14 +60,19 @@ def probe(tmp_path: Path, *argv: str) -> Probed:
     )
     assert report.exists(), f"the probe did not report:\n{completed.stderr[-3000:]}"
     result = json.loads(report.read_text())
-    return Probed(result["status"], result["beam_modules"], result["encodings_built"], completed.stderr)
+    return Probed(
+        result["status"], result["beam_modules"], result["encodings_built"], completed.stderr, result["heavy"]
+    )
 
 
 def test_help_and_chunk_do_not_import_beam(tmp_path):
     corpus = write_corpus(tmp_path / "corpus")
-    status, beam, _, _ = probe(tmp_path, "--help")
-    assert status == 0 and beam == []
-    status, beam, encodings, stderr = probe(tmp_path, "chunk", str(corpus / "README.md"), str(corpus / "guide"))
+    help_probe = probe(tmp_path, "--help")
+    assert help_probe.status == 0 and help_probe.beam_modules == []
+    assert help_probe.heavy == [], "--help imported what only a command needs"
+    mistake = probe(tmp_path, "run", str(corpus), "--output")
+    assert mistake.status == 2 and "--output" in mistake.stderr and mistake.heavy == []
+    status, beam, encodings, stderr, _ = probe(tmp_path, "chunk", str(corpus / "README.md"), str(corpus / "guide"))
     assert status == 0, stderr
     assert beam == []
 
@@ -73,14 +81,14 @@ def test_an_incremental_run_chunked_in_process_does_not_import_beam_and_inspect_
     corpus = write_corpus(tmp_path / "corpus")
     output = tmp_path / "dataset"
 
-    status, beam, encodings, stderr = probe(tmp_path, "run", str(corpus), "--output", str(output))
+    status, beam, encodings, stderr, _ = probe(tmp_path, "run", str(corpus), "--output", str(output))
     assert status == 0, stderr
     assert "apache_beam" in beam, "a full run builds a Beam pipeline"
     assert read_manifest(str(output))["rebuild"]["mode"] == "full"
 
     edited = corpus / "guide" / "installation.md"
     edited.write_bytes(CORPUS["guide/installation.md"] + b"\n## Reinstalling\n\nRun the installer again.\n")
-    status, beam, encodings, stderr = probe(tmp_path, "run", str(corpus), "--output", str(output))
+    status, beam, encodings, stderr, _ = probe(tmp_path, "run", str(corpus), "--output", str(output))
     assert status == 0, stderr
     assert beam == [], f"an incremental run chunked in process imported {beam[:5]}"
     assert encodings == 1
@@ -90,13 +98,13 @@ def test_an_incremental_run_chunked_in_process_does_not_import_beam_and_inspect_
         rows_by_doc(output, "chunks")["guide/installation.md"][-1]["text"].rstrip().endswith("Run the installer again.")
     )
 
-    status, beam, encodings, stderr = probe(tmp_path, "run", str(corpus), "--output", str(output))
+    status, beam, encodings, stderr, _ = probe(tmp_path, "run", str(corpus), "--output", str(output))
     assert status == 0, stderr
     assert beam == [], "an unchanged rerun imported Beam"
     assert encodings == 0, "an unchanged rerun, with nothing to chunk, built the tokenizer"
     assert read_manifest(str(output))["rebuild"]["documents_chunked"] == 0
 
-    status, beam, encodings, stderr = probe(tmp_path, "inspect", str(output))
+    status, beam, encodings, stderr, _ = probe(tmp_path, "inspect", str(output))
     assert status == 0, stderr
     assert beam == []
 
@@ -106,7 +114,7 @@ def test_a_run_with_a_beam_option_still_has_it_checked_by_beam(tmp_path):
     on an incremental run is still refused."""
     corpus = write_corpus(tmp_path / "corpus")
     output = tmp_path / "dataset"
-    status, _, _, stderr = probe(tmp_path, "run", str(corpus), "--output", str(output), "--direct_num_workerz=2")
+    status, _, _, stderr, _ = probe(tmp_path, "run", str(corpus), "--output", str(output), "--direct_num_workerz=2")
     assert status == 2
     assert "--direct_num_workerz" in stderr
     assert not output.exists()
