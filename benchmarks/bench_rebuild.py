@@ -199,6 +199,10 @@ def main(argv: list[str] | None = None) -> int:
     median_wall = {kind: statistics.median(values) for kind, values in wall.items()}
     ratio = median["incremental"] / median["full"]
     ratio_wall = median_wall["incremental"] / median_wall["full"]
+    # Each round's two runs share that round's load: the median of their ratios, beside the ratio of medians.
+    round_ratio_wall = statistics.median(
+        incremental / full for incremental, full in zip(wall["incremental"], wall["full"], strict=True)
+    )
     print()
     print(f"medians of {arguments.runs} rounds     full   1% changed   unchanged   1% changed / full")
     print(
@@ -215,7 +219,12 @@ def main(argv: list[str] | None = None) -> int:
         f"{median_cpu['unchanged']:8.3f} s   {median_cpu['incremental'] / median_cpu['full']:.3f}x"
     )
     print(
-        f"targets: 1% changed / full as whole processes <= 0.15x: {'met' if ratio_wall <= 0.15 else 'missed'}; "
+        f"1% changed / full as whole processes, median of the rounds' own ratios: {round_ratio_wall:.3f}x "
+        f"(each {', '.join(f'{i / f:.3f}' for i, f in zip(wall['incremental'], wall['full'], strict=True))})"
+    )
+    print(
+        f"targets: 1% changed / full as whole processes <= 0.15x: {'met' if ratio_wall <= 0.15 else 'missed'} "
+        f"by the ratio of medians, {'met' if round_ratio_wall <= 0.15 else 'missed'} by the rounds' median; "
         f"unchanged rerun as a whole process <= 1.0 s: {'met' if median_wall['unchanged'] <= 1.0 else 'missed'}"
     )
     print()
