@@ -46,6 +46,7 @@ __all__ = [
     "TokenizerUnavailableError",
     "get_token_counter",
     "counter_for",
+    "check_counter_loads",
     "load_encoding",
     "available_encodings",
 ]
@@ -195,10 +196,13 @@ def _parse_rank_file(contents: bytes) -> dict[bytes, int]:
 class _OfflineRankLoader:
     """Stands in for ``tiktoken.load.load_tiktoken_bpe`` while an encoding constructor runs."""
 
-    def __init__(self, encoding_name: str, configured_file: str | None):
+    def __init__(self, encoding_name: str, configured_file: str | None, parse: bool = True):
         self.encoding_name = encoding_name
         self.configured_file = configured_file
         self.source: str | None = None
+        self.parse = parse
+        """False to stop once a rank file is read and matches its published hash (no ranks are returned)."""
+        self.parsed = False
 
     def load_tiktoken_bpe(self, blobpath: str, expected_hash: str | None = None) -> dict[bytes, int]:
         file_name = blobpath.rsplit("/", 1)[-1]
@@ -231,6 +235,9 @@ class _OfflineRankLoader:
                     f"sha256 {actual}, expected {expected_hash}."
                 )
         self.source = source
+        if not self.parse and expected_hash is not None:
+            return {}  # the published file's bytes: its ranks parse and build the encoding
+        self.parsed = True
         try:
             return _parse_rank_file(contents)
         except (ValueError, binascii.Error) as error:  # binascii.Error is a ValueError; named for the reader
@@ -256,13 +263,21 @@ def _encoding_constructors() -> dict[str, Callable[[], dict[str, Any]]]:
 @functools.cache
 def load_encoding(name: str = "cl100k_base", tokenizer_file: str | None = None) -> tiktoken.Encoding:
     """The tiktoken encoding ``name``, built from a local rank file and never from the network."""
+    spec, loader = _encoding_spec(name, _OfflineRankLoader(name, tokenizer_file))
+    try:
+        return tiktoken.Encoding(**spec)
+    except ValueError as error:  # ranks that do not fit the encoding's special tokens
+        raise TokenizerUnavailableError(f"encoding {name!r} cannot be built from {loader.source}: {error}") from None
+
+
+def _encoding_spec(name: str, loader: _OfflineRankLoader) -> tuple[dict[str, Any], _OfflineRankLoader]:
+    """The keyword arguments of ``tiktoken.Encoding`` for ``name``, its rank file read by ``loader``."""
     constructors = _encoding_constructors()
     if name not in constructors:
         raise TokenizerUnavailableError(
             f"unknown tiktoken encoding {name!r}; known encodings: {', '.join(available_encodings())}"
         ) from None
     constructor = constructors[name]
-    loader = _OfflineRankLoader(name, tokenizer_file)
     module_globals = constructor.__globals__
     # The constructor calls its module's load_tiktoken_bpe by global name; swap in the offline loader for
     # the duration of the call. The lock keeps concurrent first loads from seeing each other's loader.
@@ -280,10 +295,7 @@ def load_encoding(name: str = "cl100k_base", tokenizer_file: str | None = None) 
                     module_globals[key] = value
     spec = dict(spec)
     spec["name"] = name
-    try:
-        return tiktoken.Encoding(**spec)
-    except ValueError as error:  # ranks that do not fit the encoding's special tokens
-        raise TokenizerUnavailableError(f"encoding {name!r} cannot be built from {loader.source}: {error}") from None
+    return spec, loader
 
 
 #: The ``chunking.tokenizer`` value that selects a Hugging Face ``tokenizer.json``.
@@ -425,6 +437,26 @@ def counter_for(config: Any) -> TokenCounter:
         getattr(config, "tokenizer_sha256", None),
         getattr(config, "count_special_tokens", False),
     )
+
+
+def check_counter_loads(config: Any) -> None:
+    """Raise :class:`TokenizerUnavailableError` where :func:`counter_for` would, without building the
+    counter when that can be judged from the file alone: a tiktoken rank file whose bytes match the hash
+    its encoding publishes is read and hashed, not parsed (what a run does before it knows that it has
+    anything to chunk). Any other tokenizer is loaded."""
+    if config.tokenizer == HUGGINGFACE:
+        counter_for(config)
+        return
+    loader = _OfflineRankLoader(config.tokenizer, config.tokenizer_file, parse=False)
+    try:
+        _encoding_spec(config.tokenizer, loader)
+    except TokenizerUnavailableError:
+        raise
+    except Exception:  # a constructor that works on the ranks themselves: build the encoding
+        counter_for(config)
+        return
+    if loader.parsed:  # no published hash to judge the ranks by: build the encoding
+        counter_for(config)
 
 
 @functools.cache

@@ -42,19 +42,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from chunkline import __version__
-from chunkline.config import DEFAULT_MIN_TOKENS, ChunkConfig, ConfigError, load_chunk_config
-from chunkline.dataset.decoding import BinaryFileError, decode_file
-from chunkline.dataset.inputs import doc_id_of, utf8_name, walk_local_folder
-from chunkline.dataset.publish import ConcurrentRunError, DatasetNotFoundError
-from chunkline.dataset.storage import StorageError, scrub_secrets
-from chunkline.engine import chunk_document
-from chunkline.record import Chunk
-from chunkline.registry import available_strategies, get_strategy
-from chunkline.structure import parse_markdown
-from chunkline.tokenizers import TokenizerUnavailableError, counter_for
 
+# The engine, pyarrow and fsspec are imported by the commands that use them, so that `--help`, `--version`
+# and a usage error answer at once; Beam only by a run that builds a pipeline.
 if TYPE_CHECKING:
+    from chunkline.config import ChunkConfig
     from chunkline.dataset.settings import RunConfig
+    from chunkline.record import Chunk
 
 __all__ = ["main", "console_main", "build_parser"]
 
@@ -262,6 +256,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"chunkline: error: {error}", file=sys.stderr)
         return 2
     arguments.secrets = ()
+    from chunkline.dataset.publish import ConcurrentRunError, DatasetNotFoundError
+    from chunkline.dataset.storage import StorageError
+    from chunkline.settings import ConfigError
+    from chunkline.tokenizers import TokenizerUnavailableError
+
     try:
         return arguments.handler(arguments)
     except (ConfigError, TokenizerUnavailableError, DatasetNotFoundError, ConcurrentRunError) as error:
@@ -284,6 +283,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _print_error(arguments: argparse.Namespace, message: str) -> None:
     """One line on stderr, with every credential of the command's config replaced by ``***``."""
+    from chunkline.dataset.storage import scrub_secrets
+
     message = " ".join(scrub_secrets(message, tuple(arguments.secrets)).split())
     print(f"chunkline: error: {message}", file=sys.stderr)
 
@@ -302,7 +303,7 @@ def _parse_arguments(parser: argparse.ArgumentParser, argv: list[str]) -> argpar
     ``beam_args`` when Beam recognises them as pipeline options, and refused otherwise."""
     command = _subcommand_parser(parser, argv[0]) if argv else None
     beam_options = None
-    if argv and argv[0] == "run":
+    if argv and argv[0] == "run" and not _only_own_options(command, argv[1:]):
         from chunkline.pipelines.beam_options import BeamOptionError, BeamOptions
 
         try:
@@ -324,6 +325,17 @@ def _parse_arguments(parser: argparse.ArgumentParser, argv: list[str]) -> argpar
     return arguments
 
 
+def _only_own_options(parser: argparse.ArgumentParser | None, arguments: list[str]) -> bool:
+    """Whether every option among ``arguments`` is one of ``parser``'s own (``--output URL``,
+    ``--set=k=v``): then there is no Beam pipeline option to recognise, and Beam is not imported."""
+    if parser is None:
+        return False
+    own = {flag for action in parser._actions for flag in action.option_strings}
+    return all(
+        argument.split("=", 1)[0] in own for argument in arguments if argument.startswith("-") and argument != "-"
+    )
+
+
 def _subcommand_parser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser | None:
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
@@ -343,7 +355,9 @@ def _setting_names() -> dict[str, str]:
     values are credentials, and a hint repeats the value."""
     import dataclasses
 
+    from chunkline.config import ChunkConfig
     from chunkline.dataset.settings import InputConfig, OutputConfig, RunSettings
+    from chunkline.registry import available_strategies, get_strategy
 
     names = {field.name: field.name for field in dataclasses.fields(ChunkConfig) if field.name != "params"}
     for section, cls in (("input", InputConfig), ("output", OutputConfig), ("run", RunSettings)):
@@ -437,9 +451,13 @@ def _run_command(arguments: argparse.Namespace) -> int:
 
 def _check_before_running(config: RunConfig) -> None:
     """What would otherwise fail only once the output is locked or the pipeline has started: every URL's
-    filesystem is known and installed, the output is not an existing file, and the tokenizer loads (once,
-    here, so that a missing rank file is one error instead of one per worker)."""
+    filesystem is known and installed, the output is not an existing file, and the tokenizer can load (once,
+    here, so that a missing rank file is one error instead of one per worker; a rank file that matches its
+    published hash is not parsed here: a run with nothing to chunk never needs it)."""
     from fsspec.registry import get_filesystem_class
+
+    from chunkline.settings import ConfigError
+    from chunkline.tokenizers import check_counter_loads
 
     for setting, url in [*(("input", path) for path in config.input.paths), ("output", config.output.url)]:
         parts = url.split("::")  # zip::file:///corpus.zip: each link of a chain names a filesystem
@@ -457,7 +475,7 @@ def _check_before_running(config: RunConfig) -> None:
             raise ConfigError(
                 f"output {output}: {existing} is a file; --output names the folder the dataset is published in"
             )
-    counter_for(config.chunking)
+    check_counter_loads(config.chunking)
 
 
 def _inspect_command(arguments: argparse.Namespace) -> int:
@@ -515,6 +533,7 @@ def _evaluate_command(arguments: argparse.Namespace) -> int:
     )
     from chunkline.evaluation.questions import QuestionsFileError, load_questions
     from chunkline.evaluation.retrieval import EvaluationExtraMissingError
+    from chunkline.tokenizers import counter_for
 
     started = time.perf_counter()
     input_config = load_input_config(arguments.corpus, arguments.overrides)
@@ -571,6 +590,8 @@ def _markdown_files(paths: Sequence[str]) -> Iterator[tuple[Path, str, str | Non
     (:func:`chunkline.dataset.inputs.walk_local_folder`, :func:`chunkline.dataset.inputs.doc_id_of`): links
     inside the folder are followed, a link out of it or in a loop and a folder that cannot be listed come
     with the reason."""
+    from chunkline.dataset.inputs import doc_id_of, utf8_name, walk_local_folder
+
     for raw in paths:
         path = Path(raw)
         if any(character in raw for character in "*?[") and not path.exists():
@@ -602,7 +623,7 @@ def _markdown_files(paths: Sequence[str]) -> Iterator[tuple[Path, str, str | Non
 def _glob_files(pattern: str) -> Iterator[tuple[Path, str, str | None]]:
     """The files a glob the shell left alone matches (``'docs/**/*.md'``), listed and named as
     ``chunkline run`` lists and names a glob input: doc ids relative to the part before the first wildcard."""
-    from chunkline.dataset.inputs import match_input
+    from chunkline.dataset.inputs import match_input, utf8_name
     from chunkline.dataset.settings import InputConfig
 
     try:
@@ -620,6 +641,13 @@ def _glob_files(pattern: str) -> Iterator[tuple[Path, str, str | None]]:
 
 
 def _chunk_command(arguments: argparse.Namespace) -> int:
+    from chunkline.config import load_chunk_config
+    from chunkline.dataset.decoding import decode_file
+    from chunkline.dataset.inputs import utf8_name
+    from chunkline.engine import chunk_document
+    from chunkline.structure import parse_markdown
+    from chunkline.tokenizers import counter_for
+
     config = load_chunk_config(arguments.config, arguments.overrides)
     counter = counter_for(config)
     out = sys.stdout
@@ -679,6 +707,8 @@ def _read_markdown_file(file: Path) -> bytes:
 
 
 def _describe_read_error(error: Exception) -> str:
+    from chunkline.dataset.decoding import BinaryFileError
+
     if isinstance(error, UnicodeDecodeError):
         return f"not valid UTF-8 (byte {error.start}: {error.reason}); skipped"
     if isinstance(error, BinaryFileError):
@@ -728,6 +758,9 @@ def _embed_context_of(chunk: Chunk) -> str:
 
 
 def _strategies_command(arguments: argparse.Namespace) -> int:
+    from chunkline.config import DEFAULT_MIN_TOKENS, ChunkConfig
+    from chunkline.registry import available_strategies, get_strategy
+
     out = sys.stdout
     default = ChunkConfig()
     out.write(

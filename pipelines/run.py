@@ -35,16 +35,12 @@ import posixpath
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import apache_beam as beam
-from apache_beam.options.pipeline_options import PipelineOptions
-from apache_beam.portability.api import beam_provision_api_pb2
-from apache_beam.runners.portability.fn_api_runner import fn_runner
-from apache_beam.runners.portability.portable_runner import JobServiceHandle
 from fsspec.core import split_protocol, url_to_fs
 from fsspec.registry import get_filesystem_class
 
+from chunkline.dataset.in_process import stage_run_in_process
 from chunkline.dataset.inputs import glob_root
 from chunkline.dataset.publish import (
     OutputState,
@@ -66,8 +62,12 @@ from chunkline.dataset.staged import (
 )
 from chunkline.dataset.storage import scrub_secrets
 from chunkline.settings import ConfigError
-from chunkline.transforms import ChunkMarkdown, ReadMarkdown, WriteChunkDataset
-from chunkline.transforms.metrics import run_counts
+
+if TYPE_CHECKING:  # Beam is imported only by a run that builds a pipeline
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from chunkline.transforms import ChunkMarkdown, ReadMarkdown, WriteChunkDataset
 
 __all__ = [
     "RunSummary",
@@ -174,6 +174,11 @@ def check_output_location(config: RunConfig) -> None:
 def _pipeline_options(config: RunConfig, beam_args: list[str]) -> tuple[Any, PipelineOptions]:
     """The runner and options: the user's ``--runner`` if given, else the FnApiRunner (in-process, or
     multi-processing with ``run.workers``)."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from apache_beam.portability.api import beam_provision_api_pb2
+    from apache_beam.runners.portability.fn_api_runner import fn_runner
+    from apache_beam.runners.portability.portable_runner import JobServiceHandle
+
     if any(argument == "--runner" or argument.startswith("--runner=") for argument in beam_args):
         return None, PipelineOptions(beam_args)
     arguments = list(beam_args)
@@ -198,6 +203,8 @@ def _transforms(
     config: RunConfig, run_id: str, plan: RebuildPlan
 ) -> tuple[ReadMarkdown, ChunkMarkdown, WriteChunkDataset]:
     """The read, chunk and write transforms of one run (all documents, or those an incremental plan names)."""
+    from chunkline.transforms import ChunkMarkdown, ReadMarkdown, WriteChunkDataset
+
     # The driver's listing, when it made one, is what the pipeline reads: the guard and the plan judged it,
     # and a second listing in the pipeline could see another input (a folder unmounted in between). On a
     # distributed runner the listing travels in the job's graph, as an incremental run's plan always has.
@@ -220,9 +227,16 @@ def build_pipeline(pipeline: beam.Pipeline, config: RunConfig, run_id: str, plan
 
 
 def _run_in_process(config: RunConfig, run_id: str, plan: RebuildPlan) -> None:
-    """An incremental run's few documents through the same transforms' DoFns, without starting a runner."""
-    read, chunk, write = _transforms(config, run_id, plan)
-    write.write_in_process(chunk.chunk_in_process(read.read_in_process()))
+    """An incremental run's few documents through the steps the transforms' DoFns are made of, without
+    starting a runner or importing Beam (:mod:`chunkline.dataset.in_process`)."""
+    stage_run_in_process(config, run_id, plan)
+
+
+def run_counts(result: Any) -> dict[str, int] | None:
+    """The ``chunkline`` counters of a finished pipeline (:func:`chunkline.transforms.metrics.run_counts`)."""
+    from chunkline.transforms.metrics import run_counts as pipeline_counts
+
+    return pipeline_counts(result)
 
 
 _PROGRESS_SECONDS = 10.0
@@ -396,6 +410,8 @@ def run_pipeline(config: RunConfig, beam_args: list[str] | None = None) -> RunSu
             refuse_mass_deletion(config, plan.documents_deleted, plan.documents_before, plan)
         in_process = plan.incremental and len(plan.to_chunk) <= config.run.in_process_max_documents
         if not in_process:
+            import apache_beam as beam
+
             runner, options = _pipeline_options(config, list(beam_args or []))
             pipeline = beam.Pipeline(runner=runner, options=options)
             build_pipeline(pipeline, config, run_id, plan)

@@ -19,8 +19,9 @@ import tiktoken_ext
 from conftest import assert_invariants
 
 import chunkline
+import chunkline.tokenizers as tokenizers_module
 from chunkline import ChunkConfig, TokenizerUnavailableError, chunk_markdown, get_token_counter
-from chunkline.tokenizers import load_encoding
+from chunkline.tokenizers import check_counter_loads, load_encoding
 
 SAMPLE = "Grüße from chunkline: tokens, 漢字, emoji 👩\u200d💻 and code `x = 1`.\n"
 # Token ids of SAMPLE in cl100k_base are fixed by the published rank file; its length is checked here.
@@ -253,3 +254,33 @@ def test_a_real_rank_file_is_well_under_the_cap_and_loads(tmp_path):
     shutil.copyfile(bundled_cl100k_file(), copy)
     assert copy.stat().st_size < 64 * 2**20
     assert load_encoding("cl100k_base", str(copy)).name == "cl100k_base"
+
+
+def test_the_pre_run_check_refuses_what_loading_refuses(tmp_path):
+    """``check_counter_loads`` (what ``chunkline run`` checks before it knows whether it chunks anything)
+    fails on every tokenizer that cannot load, with the loader's own message."""
+    bogus = tmp_path / "cl100k_base.tiktoken"
+    bogus.write_bytes(b"aGVsbG8= 0\nd29ybGQ= 1\n")
+    with pytest.raises(TokenizerUnavailableError, match="sha256"):
+        check_counter_loads(ChunkConfig(tokenizer_file=str(bogus)))
+    with pytest.raises(TokenizerUnavailableError, match="cannot be read"):
+        check_counter_loads(ChunkConfig(tokenizer_file=str(tmp_path / "nowhere" / "cl100k_base.tiktoken")))
+    with pytest.raises(TokenizerUnavailableError, match="tokenizer_file"):
+        check_counter_loads(ChunkConfig(tokenizer="o200k_base"))
+    with pytest.raises(TokenizerUnavailableError, match="known encodings"):
+        check_counter_loads(ChunkConfig(tokenizer="cl100k_bsae"))
+
+
+def test_the_pre_run_check_of_a_published_rank_file_does_not_build_the_encoding(tmp_path, monkeypatch):
+    copy = tmp_path / "models" / "cl100k_base.tiktoken"
+    copy.parent.mkdir()
+    shutil.copyfile(bundled_cl100k_file(), copy)
+
+    def no_encoding(**spec):
+        raise AssertionError(f"the check built encoding {spec['name']}")
+
+    monkeypatch.setattr(tokenizers_module.tiktoken, "Encoding", no_encoding)
+    check_counter_loads(ChunkConfig())
+    check_counter_loads(ChunkConfig(tokenizer_file=str(copy)))
+    with pytest.raises(AssertionError, match="built encoding cl100k_base"):
+        load_encoding.__wrapped__("cl100k_base", str(copy))  # loading does build it

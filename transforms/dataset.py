@@ -34,11 +34,12 @@ from typing import Any
 import apache_beam as beam
 from fsspec.core import url_to_fs
 
-from chunkline.dataset.layout import snapshot_url, staging_url
+from chunkline.dataset.layout import snapshot_url
 from chunkline.dataset.lock import ConcurrentRunError
 from chunkline.dataset.publish import acquire_output_lock, publish_run, read_manifest
 from chunkline.dataset.rebuild import InputListing, RebuildPlan, plan_rebuild, write_shard_plans
 from chunkline.dataset.settings import RunConfig
+from chunkline.dataset.sink import WriteSettings, write_settings_for
 from chunkline.dataset.staged import (
     change_counts,
     new_run_id,
@@ -50,7 +51,7 @@ from chunkline.dataset.staged import (
 from chunkline.dataset.storage import list_files, scrub_secrets
 from chunkline.transforms.chunk import CHUNKS, ChunkMarkdownResult
 from chunkline.transforms.rows import value_converter
-from chunkline.transforms.write import WriteChunkTables, WriteSettings
+from chunkline.transforms.write import WriteChunkTables
 
 __all__ = ["WriteChunkDataset"]
 
@@ -208,19 +209,7 @@ class WriteChunkDataset(beam.PTransform):
     @property
     def settings(self) -> WriteSettings:
         """Where and how the sink writes this run's tables."""
-        config, output_url = self._config, self._config.output.url or ""
-        return WriteSettings(
-            staging_url=staging_url(output_url, self.run_id),
-            snapshot_url=snapshot_url(output_url, self.run_id),
-            shards=config.output.shards,
-            row_group_rows=config.output.row_group_rows,
-            compression=config.output.compression,
-            storage_options=dict(config.output.storage_options),
-            secrets=tuple(config.secrets()),
-            previous=self.plan.previous,
-            incremental=self.plan.incremental,
-            front_matter_columns=config.output.promoted_front_matter,
-        )
+        return write_settings_for(self._config, self.run_id, self.plan)
 
     def _write_shard_plans(self) -> None:
         """An incremental run's ``keep-<shard>.json`` files, written into the run's staging area by the

@@ -12,17 +12,14 @@ exception: it comes out as a :class:`~chunkline.dataset.inputs.SourceFile` with 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any
 
 import apache_beam as beam
-import fsspec
-from fsspec.core import split_protocol
 
 from chunkline.dataset import inputs
-from chunkline.dataset.inputs import SourceFile, choose_source, read_source
+from chunkline.dataset.bundle import run_bundle
+from chunkline.dataset.file_reader import MatchedFileReader
+from chunkline.dataset.inputs import SourceFile
 from chunkline.dataset.settings import InputConfig, RunConfig
-from chunkline.dataset.storage import fresh_filesystem
-from chunkline.transforms.in_process import apply_in_process
 
 __all__ = ["ReadMarkdown"]
 
@@ -38,39 +35,8 @@ class _MatchFilesFn(beam.DoFn):
             yield source.doc_id, source
 
 
-class _ReadFileFn(beam.DoFn):
-    """Reads one matched file; filesystems are built once per worker and input."""
-
-    def __init__(self, config: InputConfig, secrets: tuple[str, ...], by_url: bool = False):
-        self._config = config
-        self._secrets = secrets
-        self._by_url = by_url
-        self._filesystems: dict[Any, fsspec.AbstractFileSystem] = {}
-
-    def setup(self) -> None:
-        self._filesystems = {
-            index: fresh_filesystem(url, self._config.storage_options)[0]
-            for index, url in enumerate(self._config.paths)
-        }
-
-    def _filesystem(self, source: SourceFile) -> fsspec.AbstractFileSystem:
-        if not self._by_url:
-            return self._filesystems[source.input_index]
-        # Inputs that came as a PCollection: one filesystem per protocol (a chained URL's, per URL).
-        key = source.source_uri if "::" in source.source_uri else split_protocol(source.source_uri)[0]
-        if key not in self._filesystems:
-            self._filesystems[key] = fresh_filesystem(source.source_uri, self._config.storage_options)[0]
-        return self._filesystems[key]
-
-    def process(self, element: tuple[str, Any]) -> Iterator[SourceFile]:
-        doc_id, matches = element
-        chosen, skipped = choose_source(doc_id, matches)
-        yield from skipped
-        if chosen.problem is not None:
-            yield chosen
-            return
-        fs = self._filesystem(chosen)
-        yield read_source(chosen, fs, self._config.max_file_bytes, self._secrets)
+class _ReadFileFn(MatchedFileReader, beam.DoFn):
+    """:class:`~chunkline.dataset.file_reader.MatchedFileReader` as a Beam step."""
 
 
 class ReadMarkdown(beam.PTransform):
@@ -135,7 +101,7 @@ class ReadMarkdown(beam.PTransform):
 
     def read_in_process(self) -> Iterator[SourceFile]:
         """The same reads without a runner, for the ``matched`` documents (see
-        :mod:`chunkline.transforms.in_process`)."""
+        :func:`chunkline.dataset.bundle.run_bundle`)."""
         if self._matched is None:
             raise ValueError("reading in process needs the matched documents")
-        return apply_in_process(_ReadFileFn(self._config, self._secrets), self._matched)
+        return run_bundle(MatchedFileReader(self._config, self._secrets), self._matched)

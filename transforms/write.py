@@ -20,299 +20,35 @@ nothing changed has its previous part files copied as they are.
 Nothing depends on outputs emitted from ``finish_bundle`` (the DaskRunner drops them, which is why Beam's
 own Parquet sink writes no rows there). The parts land in the run's own snapshot folder, which no reader
 looks at until publishing (see :mod:`chunkline.dataset.publish`) names it, after the pipeline succeeded.
+
+The spill and merge steps themselves are Beam-free (:mod:`chunkline.dataset.sink`); the DoFns here add the
+pipeline's metrics, and a run without a runner calls the same steps directly.
 """
 
 from __future__ import annotations
 
-import io
-import posixpath
-import uuid
-from collections import Counter, defaultdict
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable
 from typing import Any
 
 import apache_beam as beam
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.ipc as ipc
-import pyarrow.parquet as pq
-from fsspec.core import url_to_fs
 
-from chunkline.dataset.layout import part_name, part_shard
-from chunkline.dataset.merge import (
-    PreviousSnapshot,
-    ShardPlan,
-    chunk_changes,
-    documents_changes,
-    read_shard_plan,
-    shard_of,
-    sorted_unique,
-    with_modified_times,
-)
-from chunkline.dataset.publish import verify_part
-from chunkline.dataset.storage import (
-    list_files,
-    parquet_bytes,
-    read_file_bytes,
-    storage_url,
-    write_file_atomically,
-)
-from chunkline.schemas import ROW_TABLES, FrontMatterColumn, table_schemas
-from chunkline.transforms.in_process import apply_in_process
+from chunkline.dataset.sink import MergeShard, SpillRows, WriteSettings, write_tables_in_process
 from chunkline.transforms.metrics import count_carried_documents
 
 __all__ = ["WriteChunkTables", "WriteSettings"]
 
 
-@dataclass(frozen=True)
-class WriteSettings:
-    """Where the staged tables go and how they are written."""
-
-    staging_url: str
-    """The run's scratch prefix: spill files and the run's plan."""
-    snapshot_url: str
-    """The run's snapshot folder: the finished part files."""
-    shards: int
-    row_group_rows: int
-    compression: str = "zstd"
-    storage_options: dict[str, Any] | None = None
-    spill_bytes: int = 8_000_000
-    """Buffered row text (approximate bytes) per worker before a spill file is written."""
-    secrets: tuple[str, ...] = ()
-    """Credential values to keep out of storage error messages."""
-    previous: PreviousSnapshot | None = None
-    """The snapshot to compare with; None for the first run on an output."""
-    incremental: bool = False
-    """True when only changed documents were chunked: each shard's plan names the rows to carry over."""
-    front_matter_columns: tuple[FrontMatterColumn, ...] = ()
-    """The promoted front-matter columns of ``chunks`` and ``changes/upserts`` (``output.front_matter_columns``)."""
-
-    @property
-    def schemas(self) -> dict[str, tuple[pa.Schema, tuple[str, ...]]]:
-        """Every table's schema and key for this run (:func:`chunkline.schemas.table_schemas`)."""
-        return table_schemas(self.front_matter_columns)
+class _SpillRowsFn(SpillRows, beam.DoFn):
+    """:class:`~chunkline.dataset.sink.SpillRows` as a Beam step."""
 
 
-def _row_size(row: dict[str, Any]) -> int:
-    text = row.get("text") or row.get("message") or ""
-    return 200 + len(text)
+class _MergeShardFn(MergeShard, beam.DoFn):
+    """:class:`~chunkline.dataset.sink.MergeShard` as a Beam step, counting the documents it carries over
+    in the pipeline's metrics."""
 
-
-class _SpillRowsFn(beam.DoFn):
-    """Buffers rows per (table, shard) and spills them to Arrow IPC files in the staging area."""
-
-    def __init__(self, settings: WriteSettings):
-        self._settings = settings
-
-    def setup(self) -> None:
-        self._fs, root = url_to_fs(self._settings.staging_url, **(self._settings.storage_options or {}))
-        self._spill_root = f"{root.rstrip('/')}/spill"
-        self._schemas = self._settings.schemas
-
-    def start_bundle(self) -> None:
-        self._rows: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
-        self._buffered_bytes = 0
-
-    def process(self, element: list[tuple[str, dict[str, Any]]]) -> Iterator[int]:
-        for table, row in element:
-            if table not in ROW_TABLES:
-                raise ValueError(f"row for unknown table {table!r}")
-            self._rows[(table, shard_of(row["doc_id"], self._settings.shards))].append(row)
-            self._buffered_bytes += _row_size(row)
-        if self._buffered_bytes >= self._settings.spill_bytes:
-            yield self._spill()
-
-    def finish_bundle(self) -> None:
-        self._spill()
-
-    def _spill(self) -> int:
-        """Write the buffered rows, one file per shard; returns the number of files written."""
-        written = 0
-        for (table_name, shard), rows in sorted(self._rows.items()):
-            if not rows:
-                continue
-            schema = self._schemas[table_name][0]
-            table = pa.Table.from_pylist(rows, schema=schema)
-            table.validate(full=True)
-            path = f"{self._spill_root}/{table_name}/{shard:05d}/{uuid.uuid4().hex}.arrow"
-            sink = io.BytesIO()
-            with ipc.new_file(sink, schema) as writer:
-                writer.write_table(table)
-            write_file_atomically(self._fs, path, sink.getvalue(), secrets=self._settings.secrets)
-            written += 1
-        self._rows = defaultdict(list)
-        self._buffered_bytes = 0
-        return written
-
-
-class _MergeShardFn(beam.DoFn):
-    """Merges one shard: its spill files and the rows carried over from the previous snapshot become one
-    sorted, de-duplicated, content-named Parquet file per table, plus the shard's ``changes/`` tables."""
-
-    def __init__(self, settings: WriteSettings):
-        self._settings = settings
-
-    def setup(self) -> None:
-        options = self._settings.storage_options or {}
-        self._fs, staging_root = url_to_fs(self._settings.staging_url, **options)
-        self._staging_root = staging_root.rstrip("/")
-        self._snapshot_root = url_to_fs(self._settings.snapshot_url, **options)[1].rstrip("/")
-        previous = self._settings.previous
-        self._previous_root = url_to_fs(previous.root_url, **options)[1].rstrip("/") if previous else ""
-        self._schemas = self._settings.schemas
-        self._columns_changed = False
-        """Whether the table :meth:`_read_previous` read last had other columns than this run writes."""
-
-    def process(self, shard: int, spills_done: Iterable[int] = ()) -> Iterator[str]:
-        plan = self._plan(shard)
-        previous_parts = self._previous_parts(shard)
-        if plan is not None and plan.rows_untouched:
-            yield from self._copy_untouched(shard, plan, previous_parts)
-            return
-        carried_ids = pa.array(sorted(plan.modified_times) if plan else [], pa.string())
-        # Chunks first, and their rows let go before the other tables: a shard of a full rebuild holds a
-        # share of the whole corpus, and the merge should hold it once.
-        previous_chunks, chunks = self._merge_table("chunks", shard, previous_parts, carried_ids, plan)
-        yield from self._write("chunks", shard, chunks)
-        upserts, deletes = chunk_changes(previous_chunks, chunks, carried_ids)
-        if self._columns_changed:
-            # The previous rows had other front-matter columns: a store's copy of every chunk lacks one or
-            # holds one no longer written, so every chunk is an upsert (as against an empty snapshot).
-            upserts = chunk_changes(previous_chunks.slice(0, 0), chunks, carried_ids)[0]
-        upserts_schema = self._schemas["changes/upserts"][0]
-        upserts = upserts.select(upserts_schema.names).cast(upserts_schema)  # the columns in the schema's order
-        del previous_chunks, chunks
-        yield from self._write("changes/upserts", shard, upserts)
-        yield from self._write("changes/deletes", shard, deletes)
-        upserted = Counter(upserts.column("doc_id").to_pylist())
-        deleted = Counter(deletes.column("doc_id").to_pylist())
-        reembedded = Counter(upserts.filter(upserts.column("embedding_changed")).column("doc_id").to_pylist())
-        del upserts, deletes
-        previous_documents, documents = self._merge_table("documents", shard, previous_parts, carried_ids, plan)
-        yield from self._write("documents", shard, documents)
-        _, errors = self._merge_table("errors", shard, previous_parts, carried_ids, plan)
-        yield from self._write("errors", shard, errors)
-        yield from self._write(
-            "changes/documents",
-            shard,
-            documents_changes(previous_documents, documents, upserted, deleted, reembedded),
-        )
-
-    def _merge_table(
-        self,
-        table_name: str,
-        shard: int,
-        previous_parts: dict[str, list[str]],
-        carried_ids: pa.Array,
-        plan: ShardPlan | None,
-    ) -> tuple[pa.Table, pa.Table]:
-        """(the previous snapshot's rows of the shard, the shard's new rows: carried over and spilled, sorted
-        by the table's key with duplicates dropped)."""
-        previous = self._read_previous(table_name, shard, previous_parts)
-        carried = previous.filter(pc.is_in(previous.column("doc_id"), carried_ids))
-        if table_name == "documents" and plan is not None and carried.num_rows:
-            carried = with_modified_times(carried, plan.modified_times)
-        if table_name == "documents":
-            count_carried_documents(carried)
-        merged = sorted_unique(
-            pa.concat_tables([carried, self._read_spills(table_name, shard)]), self._schemas[table_name][1]
-        )
-        return previous, merged
-
-    def _plan(self, shard: int) -> ShardPlan | None:
-        if not self._settings.incremental:
-            return None
-        return read_shard_plan(self._fs, self._staging_root, shard, self._settings.secrets)
-
-    def _previous_parts(self, shard: int) -> dict[str, list[str]]:
-        """Table -> the previous snapshot's part files that can hold rows of ``shard``."""
-        previous = self._settings.previous
-        if previous is None:
-            return {}
-        parts: dict[str, list[str]] = {}
-        for table_name, names in previous.parts.items():
-            paths = [f"{self._previous_root}/{name}" for name in names]
-            if previous.shards == self._settings.shards:
-                paths = [path for path in paths if part_shard(path) == shard]
-            parts[table_name] = paths
-        return parts
-
-    def _read_previous(self, table_name: str, shard: int, previous_parts: dict[str, list[str]]) -> pa.Table:
-        schema = self._schemas[table_name][0]
-        tables = [schema.empty_table()]
-        self._columns_changed = False
-        for path in previous_parts.get(table_name, []):
-            data = self._read_verified(path)
-            table = pq.ParquetFile(pa.BufferReader(data)).read()
-            self._columns_changed |= table.schema.names != schema.names
-            table = _with_columns_of(table, schema)
-            if self._settings.previous.shards != self._settings.shards and table.num_rows:
-                in_shard = [
-                    shard_of(doc_id, self._settings.shards) == shard for doc_id in table.column("doc_id").to_pylist()
-                ]
-                table = table.filter(pa.array(in_shard))
-            tables.append(table)
-        return pa.concat_tables(tables)
-
-    def _read_verified(self, path: str) -> bytes:
-        """The bytes of a previous snapshot's part, checked against the hash its name carries: a part that
-        changed since it was written is never read, carried over or copied."""
-        data = read_file_bytes(self._fs, path, secrets=self._settings.secrets)
-        verify_part(storage_url(self._fs, path), data)
-        return data
-
-    def _read_spills(self, table_name: str, shard: int) -> pa.Table:
-        schema = self._schemas[table_name][0]
-        folder = f"{self._staging_root}/spill/{table_name}/{shard:05d}"
-        spill_paths = list_files(self._fs, folder, self._settings.secrets)
-        tables = [schema.empty_table()]
-        for path in sorted(spill_paths):
-            data = read_file_bytes(self._fs, path, secrets=self._settings.secrets)
-            tables.append(ipc.open_file(pa.BufferReader(data)).read_all())
-        return pa.concat_tables(tables)
-
-    def _write(self, table_name: str, shard: int, table: pa.Table) -> Iterator[str]:
-        if not table.num_rows:
-            return
-        data = parquet_bytes(table, self._settings.row_group_rows, self._settings.compression)
-        path = f"{self._snapshot_root}/{table_name}/{part_name(shard, data)}"
-        write_file_atomically(self._fs, path, data, secrets=self._settings.secrets)
-        yield path
-
-    def _copy_untouched(self, shard: int, plan: ShardPlan, previous_parts: dict[str, list[str]]) -> Iterator[str]:
-        """A shard where nothing changed: its part files are the previous ones, copied as they are (the
-        bytes a rebuild would write), and every one of its documents is ``unchanged``."""
-        documents = self._read_previous("documents", shard, previous_parts)
+    def count_carried_documents(self, documents: pa.Table) -> None:
         count_carried_documents(documents)
-        for table_name in ROW_TABLES:
-            if table_name == "documents" and not plan.documents_untouched:
-                table = with_modified_times(documents, plan.modified_times)
-                yield from self._write(table_name, shard, sorted_unique(table, self._schemas[table_name][1]))
-                continue
-            for source in previous_parts.get(table_name, []):
-                # Read and verified, then written: a storage-side copy would carry bytes nobody checked.
-                data = self._read_verified(source)
-                destination = f"{self._snapshot_root}/{table_name}/{posixpath.basename(source)}"
-                write_file_atomically(self._fs, destination, data, secrets=self._settings.secrets)
-                yield destination
-        unchanged = documents_changes(documents, documents, {}, {})
-        yield from self._write("changes/documents", shard, unchanged)
-
-
-def _with_columns_of(table: pa.Table, schema: pa.Schema) -> pa.Table:
-    """A previous snapshot's ``table`` as a table of this run's ``schema``: when the promoted front-matter
-    columns differ (a full rebuild), a column this run adds is null in the old rows and one it drops is left
-    out, so that the rows compare column by column for the ``changes/`` tables."""
-    if table.schema.names == schema.names:
-        return table.cast(schema)
-    columns = [
-        table.column(field.name).cast(field.type)
-        if field.name in table.schema.names
-        else pa.nulls(len(table), field.type)
-        for field in schema
-    ]
-    return pa.Table.from_arrays(columns, schema=schema)
 
 
 class WriteChunkTables(beam.PTransform):
@@ -334,8 +70,6 @@ class WriteChunkTables(beam.PTransform):
         )
 
     def write_in_process(self, rows: Iterable[list[tuple[str, dict[str, Any]]]]) -> list[str]:
-        """The same spills and merges without a runner (see :mod:`chunkline.transforms.in_process`);
+        """The same spills and merges without a runner (:func:`chunkline.dataset.sink.write_tables_in_process`);
         returns the paths of the part files."""
-        spills_done = list(apply_in_process(_SpillRowsFn(self._settings), rows))
-        shards = range(self._settings.shards)
-        return list(apply_in_process(_MergeShardFn(self._settings), shards, spills_done=spills_done))
+        return write_tables_in_process(self._settings, rows)

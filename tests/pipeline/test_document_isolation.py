@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_front_matter import yaml_front_matter
 
+import chunkline.dataset.document_rows as document_rows_module
 import chunkline.registry as registry_module
-import chunkline.transforms.chunk as chunk_module
 from chunkline import parse_markdown
 from chunkline.config import ChunkConfig
 from chunkline.dataset.inputs import SourceFile
@@ -160,14 +160,14 @@ def test_a_row_its_table_cannot_hold_is_that_documents_error_not_a_failed_write(
 
 
 def test_a_document_the_parser_fails_on_is_one_error_row(tmp_path, monkeypatch):
-    real_parse = chunk_module.parse_markdown
+    real_parse = document_rows_module.parse_markdown
 
     def parse_or_overflow(text):
         if "Quick start" in text:
             raise RecursionError("maximum recursion depth exceeded while parsing a block")
         return real_parse(text)
 
-    monkeypatch.setattr(chunk_module, "parse_markdown", parse_or_overflow)
+    monkeypatch.setattr(document_rows_module, "parse_markdown", parse_or_overflow)
     corpus = write_files(tmp_path / "corpus", CORPUS)
     output = tmp_path / "out"
     assert run_cli(corpus, output) == 0
@@ -188,7 +188,7 @@ def test_a_failure_after_chunking_leaves_no_chunk_rows_and_a_clean_error_documen
         def dumps(*args, **kwargs):
             raise KeyError("front_matter")
 
-    monkeypatch.setattr(chunk_module, "json", FrontMatterFails)
+    monkeypatch.setattr(document_rows_module, "json", FrontMatterFails)
     source = SourceFile(
         "notes.md", "file:///corpus/notes.md", 0, "/corpus/notes.md", 24, None, b"---\nk: v\n---\n# Notes\n\nText.\n"
     )

@@ -50,14 +50,14 @@ def stall():
     time.sleep(600)
 
 if stall_at == "pipeline":
-    import chunkline.transforms.write as write_module
-    merge = write_module._MergeShardFn.process
+    import chunkline.dataset.sink as sink_module
+    merge = sink_module.MergeShard.process
 
     def process(self, element, spills_done=()):
         yield from merge(self, element, spills_done)
         stall()
 
-    write_module._MergeShardFn.process = process
+    sink_module.MergeShard.process = process
 elif stall_at == "publish":
     import chunkline.dataset.publish as publish_module
     write = publish_module.write_file_atomically

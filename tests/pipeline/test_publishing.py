@@ -17,7 +17,7 @@ import pytest
 from fsspec.implementations.local import LocalFileSystem
 
 import chunkline.dataset.publish as publish_module
-import chunkline.transforms.write as write_module
+import chunkline.dataset.sink as sink_module
 from chunkline.dataset.merge import shard_of
 from chunkline.dataset.publish import read_dataset
 from chunkline.dataset.settings import load_run_config
@@ -297,7 +297,7 @@ def test_failed_pipeline_leaves_the_previous_dataset_then_a_rerun_matches_an_uni
         raise OSError(28, "No space left on device")
 
     with monkeypatch.context() as patch:
-        patch.setattr(write_module._MergeShardFn, "process", merge_fails)
+        patch.setattr(sink_module.MergeShard, "process", merge_fails)
         with pytest.raises(Exception, match="No space left on device"):
             run([root], output)
 

@@ -1,0 +1,268 @@
+"""One document's rows, without Beam: decode a file, chunk it, and build its ``chunks``, ``documents`` and
+``errors`` rows.
+
+:class:`DocumentChunker` is the work of :class:`~chunkline.transforms.chunk.ChunkDocuments` (that module
+tells what becomes of bad input: every problem is the document's own error row, never an exception). It has
+a runner's lifecycle: the Beam DoFn subclasses it and counts each document in the pipeline's metrics, and a
+run too small to start a runner for calls it directly (:func:`chunkline.dataset.bundle.run_bundle`), so both
+build exactly the same rows. The tokenizer is loaded in ``setup()``, once per worker.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pyarrow as pa
+
+from chunkline.config import ChunkConfig
+from chunkline.dataset.bundle import BundleStep
+from chunkline.dataset.decoding import BinaryFileError, decode_file
+from chunkline.dataset.front_matter_columns import FRONT_MATTER_MISMATCH, front_matter_values
+from chunkline.dataset.inputs import FileProblem, SourceFile
+from chunkline.dataset.storage import scrub_secrets
+from chunkline.engine import chunk_document
+from chunkline.schemas import FrontMatterColumn, table_schemas
+from chunkline.structure import parse_markdown
+from chunkline.tokenizers import counter_for
+
+__all__ = ["CHUNKS", "DOCUMENTS", "ERRORS", "DocumentChunker", "DocumentRows"]
+
+CHUNKS, DOCUMENTS, ERRORS = "chunks", "documents", "errors"
+
+DocumentRows = list[tuple[str, dict[str, Any]]]
+"""One document's rows: ``(table, row)`` pairs, ``row`` a plain dict of that table's columns."""
+
+logger = logging.getLogger("chunkline")
+
+
+class DocumentChunker(BundleStep):
+    """Decodes and chunks each :class:`~chunkline.dataset.inputs.SourceFile` into one list of its rows."""
+
+    _PROGRESS_SECONDS = 10.0
+
+    def __init__(
+        self,
+        config: ChunkConfig,
+        encoding_errors: str,
+        secrets: tuple[str, ...],
+        front_matter_columns: tuple[FrontMatterColumn, ...] = (),
+    ):
+        self._config = config
+        self._encoding_errors = encoding_errors
+        self._secrets = secrets
+        self._front_matter_columns = front_matter_columns
+
+    def setup(self) -> None:
+        self._counter = counter_for(self._config)
+        self._schemas = table_schemas(self._front_matter_columns)
+        self._documents_done = 0
+        self._bytes_done = 0
+        self._last_report = time.monotonic()
+
+    def process(self, source: SourceFile) -> Iterator[list[tuple[str, dict[str, Any]]]]:
+        # One element per document: a runner's cost per element is paid once, not once per chunk.
+        yield self._rows(source)
+
+    def _rows(self, source: SourceFile) -> list[tuple[str, dict[str, Any]]]:
+        """The document's rows: its chunks and its ``documents`` row, or its error rows. Every step that
+        looks at the document's bytes, text or front matter runs in here, so that whatever one document
+        holds becomes its own error row and never an exception out of the DoFn (which would fail the run)."""
+        if source.problem is not None:
+            return self._counted(list(self._problem_rows(source, source.problem)))
+        data = source.data or b""
+        document_row = self._document_row(source, data)
+        try:
+            rows = self._chunk_rows(source, data, document_row)
+        except _Problem as problem:
+            failure = FileProblem(problem.stage, problem.error_type, problem.message)
+            # A fresh row: the failed one may hold half of an ok row's values; how it decoded still holds.
+            failed_row = self._document_row(source, data)
+            failed_row["encoding"] = document_row["encoding"]
+            return self._counted(list(self._problem_rows(source, failure, failed_row)))
+        self._progress(len(data))
+        self.count_document(document_row, [row["token_count"] for table, row in rows if table == CHUNKS])
+        return rows
+
+    def count_document(self, document_row: dict[str, Any], chunk_token_counts: list[int]) -> None:
+        """Called with each document's ``documents`` row and its chunks' token counts (the Beam step counts
+        them in the pipeline's metrics); nothing to do here."""
+
+    def _counted(self, rows: DocumentRows) -> DocumentRows:
+        """``rows`` of a document that did not chunk, its ``documents`` row (if it has one) counted."""
+        for table, row in rows:
+            if table == DOCUMENTS:
+                self.count_document(row, [])
+        return rows
+
+    def _chunk_rows(
+        self, source: SourceFile, data: bytes, document_row: dict[str, Any]
+    ) -> list[tuple[str, dict[str, Any]]]:
+        """The rows of a document that chunks; raises :class:`_Problem` for one that does not."""
+        with _failures_as_problems("decode", "the file could not be decoded"):
+            try:
+                text, encoding, replaced_bytes = decode_file(data, self._encoding_errors)
+            except BinaryFileError as error:
+                raise _Problem(
+                    "decode", "BinaryFile", f"{error}; remove it from the input or leave it out with input.exclude"
+                ) from None
+            except UnicodeDecodeError as error:
+                raise _Problem(
+                    "decode",
+                    "InvalidUtf8",
+                    f"not valid UTF-8 at byte {error.start} ({error.reason}); fix the file or set "
+                    "input.encoding_errors: replace to chunk it with U+FFFD in place of bad bytes",
+                ) from None
+        document_row["encoding"] = encoding
+        with _failures_as_problems("parse", "markdown could not be parsed"):
+            document = parse_markdown(text)
+        front_matter = document.front_matter
+        if front_matter is not None and front_matter.error is not None:
+            raise _Problem("parse", "InvalidFrontMatter", front_matter.error)
+        # A strategy's failure on one document must not stop the run; nor must a row that cannot be built or
+        # stored.
+        with _failures_as_problems("chunk"):
+            chunks = chunk_document(
+                document,
+                self._config,
+                self._counter,
+                doc_id=source.doc_id,
+                source_uri=source.source_uri,
+                replaced_bytes=replaced_bytes,
+            )
+        with _failures_as_problems("chunk", "its rows could not be built"):
+            rows: list[tuple[str, dict[str, Any]]] = [(CHUNKS, chunk.to_dict()) for chunk in chunks]
+            if self._front_matter_columns:
+                rows += self._promote_front_matter(source, front_matter.data if front_matter else None, rows)
+            document_row.update(
+                status="ok",
+                chunk_count=len(chunks),
+                token_count=sum(chunk.token_count for chunk in chunks),
+                title=document.title,
+                front_matter=(
+                    json.dumps(front_matter.data, sort_keys=True, ensure_ascii=False, allow_nan=False)
+                    if front_matter is not None
+                    else None
+                ),
+            )
+            rows.append((DOCUMENTS, document_row))
+        _check_rows_fit_schemas(rows, self._schemas)
+        return rows
+
+    def _promote_front_matter(
+        self, source: SourceFile, data: dict[str, Any] | None, rows: list[tuple[str, dict[str, Any]]]
+    ) -> list[tuple[str, dict[str, Any]]]:
+        """Add the promoted front-matter columns to the chunk ``rows``; returns an errors row for each value
+        that does not fit its column's type (the column is null, the document is still chunked)."""
+        values, mismatches = front_matter_values(data, self._front_matter_columns)
+        for _, row in rows:
+            row.update(values)
+        return [
+            (
+                ERRORS,
+                {
+                    "doc_id": source.doc_id,
+                    "source_uri": source.source_uri,
+                    "stage": "parse",
+                    "error_type": FRONT_MATTER_MISMATCH,
+                    "message": message,
+                },
+            )
+            for message in mismatches
+        ]
+
+    def _progress(self, size: int) -> None:
+        self._documents_done += 1
+        self._bytes_done += size
+        now = time.monotonic()
+        if now - self._last_report >= self._PROGRESS_SECONDS:
+            self._last_report = now
+            logger.info(
+                "chunkline: %d documents chunked so far by this worker (%.1f MB)",
+                self._documents_done,
+                self._bytes_done / 1e6,
+            )
+
+    @staticmethod
+    def _document_row(source: SourceFile, data: bytes | None) -> dict[str, Any]:
+        return {
+            "doc_id": source.doc_id,
+            "source_uri": source.source_uri,
+            "status": "error",
+            "size_bytes": source.size_bytes,
+            "content_sha256": hashlib.sha256(data).hexdigest() if data is not None else None,
+            "modified_time": source.modified_time,
+            "encoding": None,
+            "chunk_count": 0,
+            "token_count": 0,
+            "title": None,
+            "front_matter": None,
+            "message": None,
+        }
+
+    def _problem_rows(
+        self, source: SourceFile, problem: FileProblem, document_row: dict[str, Any] | None = None
+    ) -> Iterator[Any]:
+        message = scrub_secrets(problem.message, self._secrets)
+        row = document_row or self._document_row(source, source.data)
+        row.update(status="skipped" if problem.skipped else "error", message=message)
+        if problem.stage != "match" or source.path:
+            yield DOCUMENTS, row
+        if not problem.skipped:
+            yield (
+                ERRORS,
+                {
+                    "doc_id": source.doc_id,
+                    "source_uri": source.source_uri,
+                    "stage": problem.stage,
+                    "error_type": problem.error_type,
+                    "message": message,
+                },
+            )
+
+
+class _Problem(Exception):
+    def __init__(self, stage: str, error_type: str, message: str):
+        super().__init__(message)
+        self.stage = stage
+        self.error_type = error_type
+        self.message = message
+
+
+@contextmanager
+def _failures_as_problems(stage: str, what_failed: str | None = None) -> Iterator[None]:
+    """Any exception in the block becomes a :class:`_Problem` of ``stage``: the error's type, and its
+    message on one line, after ``what_failed`` when given (a strategy's errors speak for themselves)."""
+    try:
+        yield
+    except _Problem:
+        raise
+    except Exception as error:
+        detail = " ".join(str(error).split()) or type(error).__name__
+        message = f"{what_failed}: {detail}" if what_failed else detail
+        raise _Problem(stage, type(error).__name__, message) from None
+
+
+def _check_rows_fit_schemas(
+    rows: list[tuple[str, dict[str, Any]]], schemas: dict[str, tuple[pa.Schema, tuple[str, ...]]]
+) -> None:
+    """Convert the document's rows to Arrow as the writer will (``schemas``: the run's
+    :func:`~chunkline.schemas.table_schemas`), so that a value its table cannot hold is this document's
+    error row here rather than a failed write of a whole shard later."""
+    by_table: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for table, row in rows:
+        by_table[table].append(row)
+    for table, table_rows in by_table.items():
+        try:
+            pa.Table.from_pylist(table_rows, schema=schemas[table][0])
+        except (pa.ArrowException, TypeError, ValueError, OverflowError) as error:
+            detail = " ".join(str(error).split()) or type(error).__name__
+            raise _Problem(
+                "chunk", "RowDoesNotFitSchema", f"a {table} row of this document cannot be stored: {detail}"
+            ) from None

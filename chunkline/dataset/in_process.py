@@ -1,0 +1,36 @@
+"""An incremental run's few documents, read, chunked and staged in this process, without a runner.
+
+``chunkline run`` takes this path when an incremental plan has at most ``run.in_process_max_documents``
+documents to chunk: it calls the run's steps (:class:`~chunkline.dataset.file_reader.MatchedFileReader`,
+:class:`~chunkline.dataset.document_rows.DocumentChunker`, :class:`~chunkline.dataset.sink.SpillRows` and
+:class:`~chunkline.dataset.sink.MergeShard`, the same classes the Beam DoFns are made of) one after the
+other, so the files it stages are those a pipeline would stage, and neither Beam nor a runner is imported.
+Publishing is the caller's.
+"""
+
+from __future__ import annotations
+
+from chunkline.dataset.bundle import run_bundle
+from chunkline.dataset.document_rows import DocumentChunker
+from chunkline.dataset.file_reader import MatchedFileReader
+from chunkline.dataset.rebuild import RebuildPlan, write_shard_plans
+from chunkline.dataset.settings import RunConfig
+from chunkline.dataset.sink import write_settings_for, write_tables_in_process
+
+__all__ = ["stage_run_in_process"]
+
+
+def stage_run_in_process(config: RunConfig, run_id: str, plan: RebuildPlan) -> list[str]:
+    """Read and chunk ``plan.to_chunk``, and stage the run's snapshot (carrying the plan's other documents
+    over); returns the part files' paths."""
+    secrets = tuple(config.secrets())
+    settings = write_settings_for(config, run_id, plan)
+    if plan.incremental:
+        write_shard_plans(plan, config, settings.staging_url)
+    if not plan.to_chunk:  # every document carried over: no file to read, no tokenizer to load
+        return write_tables_in_process(settings, [])
+    sources = run_bundle(MatchedFileReader(config.input, secrets), plan.to_chunk)
+    chunker = DocumentChunker(
+        config.chunking, config.input.encoding_errors, secrets, config.output.promoted_front_matter
+    )
+    return write_tables_in_process(settings, run_bundle(chunker, sources))
