@@ -21,8 +21,10 @@ the previous snapshot's documents, unless ``run.allow_deletes`` (``--allow-delet
 checked before the pipeline starts, from the listing, and again before publishing, from the snapshot's
 ``changes/documents``.
 
-Without ``--runner`` among the Beam arguments the pipeline runs on Beam's in-process FnApiRunner, or with
-``run.workers: N`` on the multi-processing DirectRunner (N worker processes); Beam's default DirectRunner
+Without ``--runner`` among the Beam arguments the pipeline runs on Beam's FnApiRunner: with ``run.workers:
+N`` in its multi-processing mode (N worker processes), with 0 in this process, and with ``auto`` (the
+default) on one worker per core when the listing holds enough bytes to chunk, else in this process (see
+:mod:`chunkline.dataset.parallelism`; the run logs which and why). Beam's default DirectRunner
 is never used, as it first tries to download a Prism binary. Any other runner is passed through unchanged
 (``--runner DataflowRunner --project ... --region ...``); the workers then need the chunkline package, see
 the README on distributed runners.
@@ -33,7 +35,7 @@ from __future__ import annotations
 import logging
 import posixpath
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +48,7 @@ from fsspec.core import split_protocol, url_to_fs
 from fsspec.registry import get_filesystem_class
 
 from chunkline.dataset.inputs import glob_root
+from chunkline.dataset.parallelism import choose_workers
 from chunkline.dataset.publish import (
     OutputState,
     acquire_output_lock,
@@ -167,18 +170,38 @@ def check_output_location(config: RunConfig) -> None:
         output_path, input_path = output_location[1], input_location[1]
         if output_path == input_path or output_path.startswith(input_path.rstrip("/") + "/"):
             raise ConfigError(f"output {output} is inside input {raw}: its files would be read as input")
-    if output.startswith("memory://") and config.run.workers > 0:
+    workers = config.run.workers
+    if output.startswith("memory://") and isinstance(workers, int) and workers > 0:
         raise ConfigError("memory:// output needs the in-process runner: worker processes cannot share memory")
+
+
+def _runner_given(beam_args: list[str]) -> bool:
+    return any(argument == "--runner" or argument.startswith("--runner=") for argument in beam_args)
+
+
+def _with_workers_chosen(config: RunConfig, plan: RebuildPlan, beam_args: list[str]) -> RunConfig:
+    """``config`` with ``run.workers`` settled for the FnApiRunner: as given, or for ``auto`` from the
+    bytes the plan reads (see :func:`~chunkline.dataset.parallelism.choose_workers`); logged in one line.
+    A user's ``--runner`` runs as it is told."""
+    if _runner_given(beam_args):
+        return config
+    choice = choose_workers(
+        config.run.workers, plan.to_chunk if plan.listed else [], output_url=config.output.url or ""
+    )
+    logger.info("chunkline: running %s", choice.describe())
+    return replace(config, run=replace(config.run, workers=choice.workers))
 
 
 def _pipeline_options(config: RunConfig, beam_args: list[str]) -> tuple[Any, PipelineOptions]:
     """The runner and options: the user's ``--runner`` if given, else the FnApiRunner (in-process, or
-    multi-processing with ``run.workers``)."""
-    if any(argument == "--runner" or argument.startswith("--runner=") for argument in beam_args):
+    multi-processing with ``run.workers`` worker processes; ``auto`` here is in-process, as
+    :func:`run_pipeline` settles it from the listing first)."""
+    if _runner_given(beam_args):
         return None, PipelineOptions(beam_args)
     arguments = list(beam_args)
-    if config.run.workers > 0:
-        arguments += ["--direct_running_mode=multi_processing", f"--direct_num_workers={config.run.workers}"]
+    workers = config.run.workers if isinstance(config.run.workers, int) else 0
+    if workers > 0:
+        arguments += ["--direct_running_mode=multi_processing", f"--direct_num_workers={workers}"]
         if not any(argument.startswith("--default_sdk_harness_log_level") for argument in arguments):
             # Worker processes log every channel they open at INFO; keep their warnings and chunkline's progress.
             arguments += [
@@ -396,6 +419,7 @@ def run_pipeline(config: RunConfig, beam_args: list[str] | None = None) -> RunSu
             refuse_mass_deletion(config, plan.documents_deleted, plan.documents_before, plan)
         in_process = plan.incremental and len(plan.to_chunk) <= config.run.in_process_max_documents
         if not in_process:
+            config = _with_workers_chosen(config, plan, list(beam_args or []))
             runner, options = _pipeline_options(config, list(beam_args or []))
             pipeline = beam.Pipeline(runner=runner, options=options)
             build_pipeline(pipeline, config, run_id, plan)

@@ -27,6 +27,8 @@ def corpus_and_reference(tmp_path_factory):
     output = base / "reference"
     summary = run([root], output, *OVERRIDES)
     assert summary.documents_ok == len(CORPUS) and summary.documents_error == 1
+    # The default (run.workers: auto) runs a corpus this small in-process: the runs below compare with it.
+    assert manifest(output)["config"]["run"]["workers"] == 0
     digests = table_digests(output, TABLES)
     # The reference is worth comparing with: several shards, many chunks, sub-split documents.
     assert sum(name.startswith("chunks/") for name in digests) >= 3
