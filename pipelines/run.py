@@ -44,6 +44,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.portability.api import beam_provision_api_pb2
 from apache_beam.runners.portability.fn_api_runner import fn_runner
 from apache_beam.runners.portability.portable_runner import JobServiceHandle
+from apache_beam.transforms.environments import SubprocessSDKEnvironment
 from fsspec.core import split_protocol, url_to_fs
 from fsspec.registry import get_filesystem_class
 
@@ -68,6 +69,7 @@ from chunkline.dataset.staged import (
     staged_counts,
 )
 from chunkline.dataset.storage import scrub_secrets
+from chunkline.pipelines.forked_workers import WorkerForkServer
 from chunkline.settings import ConfigError
 from chunkline.transforms import ChunkMarkdown, ReadMarkdown, WriteChunkDataset
 from chunkline.transforms.metrics import run_counts
@@ -192,7 +194,9 @@ def _with_workers_chosen(config: RunConfig, plan: RebuildPlan, beam_args: list[s
     return replace(config, run=replace(config.run, workers=choice.workers))
 
 
-def _pipeline_options(config: RunConfig, beam_args: list[str]) -> tuple[Any, PipelineOptions]:
+def _pipeline_options(
+    config: RunConfig, beam_args: list[str], fork_server: WorkerForkServer | None = None
+) -> tuple[Any, PipelineOptions]:
     """The runner and options: the user's ``--runner`` if given, else the FnApiRunner (in-process, or
     multi-processing with ``run.workers`` worker processes; ``auto`` here is in-process, as
     :func:`run_pipeline` settles it from the listing first)."""
@@ -200,8 +204,15 @@ def _pipeline_options(config: RunConfig, beam_args: list[str]) -> tuple[Any, Pip
         return None, PipelineOptions(beam_args)
     arguments = list(beam_args)
     workers = config.run.workers if isinstance(config.run.workers, int) else 0
+    environment = None
     if workers > 0:
-        arguments += ["--direct_running_mode=multi_processing", f"--direct_num_workers={workers}"]
+        if fork_server is not None:
+            # The runner starts its worker processes as in multi-processing mode, with the fork server's
+            # command (in its in_memory mode the FnApiRunner keeps the environment it is given).
+            arguments += ["--direct_running_mode=in_memory", f"--direct_num_workers={workers}"]
+            environment = SubprocessSDKEnvironment.from_command_string(command_string=fork_server.worker_command)
+        else:
+            arguments += ["--direct_running_mode=multi_processing", f"--direct_num_workers={workers}"]
         if not any(argument.startswith("--default_sdk_harness_log_level") for argument in arguments):
             # Worker processes log every channel they open at INFO; keep their warnings and chunkline's progress.
             arguments += [
@@ -214,7 +225,7 @@ def _pipeline_options(config: RunConfig, beam_args: list[str]) -> tuple[Any, Pip
     # As Beam's DirectRunner does: hand the options to the worker processes through the provision info.
     encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
     provision_info = fn_runner.ExtendedProvisionInfo(beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded))
-    return fn_runner.FnApiRunner(provision_info=provision_info), options
+    return fn_runner.FnApiRunner(default_environment=environment, provision_info=provision_info), options
 
 
 def _transforms(
@@ -411,6 +422,7 @@ def run_pipeline(config: RunConfig, beam_args: list[str] | None = None) -> RunSu
         output_url, run_id, storage_options, expiry_seconds=config.output.lock_expiry_seconds, secrets=secret_values
     )
     metric_counts = None
+    fork_server = None
     try:
         previous = _previous_state(config)
         plan = _plan(config, previous, listing)
@@ -420,7 +432,9 @@ def run_pipeline(config: RunConfig, beam_args: list[str] | None = None) -> RunSu
         in_process = plan.incremental and len(plan.to_chunk) <= config.run.in_process_max_documents
         if not in_process:
             config = _with_workers_chosen(config, plan, list(beam_args or []))
-            runner, options = _pipeline_options(config, list(beam_args or []))
+            if not _runner_given(list(beam_args or [])) and config.run.workers > 0:
+                fork_server = WorkerForkServer()  # imports while the pipeline is built and translated
+            runner, options = _pipeline_options(config, list(beam_args or []), fork_server)
             pipeline = beam.Pipeline(runner=runner, options=options)
             build_pipeline(pipeline, config, run_id, plan)
         logger.info("chunkline: run %s reading %s", run_id, ", ".join(config.input.paths))
@@ -434,6 +448,9 @@ def run_pipeline(config: RunConfig, beam_args: list[str] | None = None) -> RunSu
         except BaseException:
             discard_run(output_url, run_id, storage_options)
             raise
+        finally:
+            if fork_server is not None:
+                fork_server.close()
         pipeline_seconds = time.perf_counter() - started
         try:
             counts = staged_counts(output_url, run_id, config)

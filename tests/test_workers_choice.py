@@ -65,11 +65,11 @@ def test_a_large_corpus_gets_one_worker_per_core_up_to_its_bytes(large_corpus):
     assert len(to_chunk) == 17 and 100_000_000 < total < 100_400_000
     assert choose_workers("auto", to_chunk, output_url="out/", cores=2).workers == 2
     assert choose_workers("auto", to_chunk, output_url="out/", cores=4).workers == 4
-    # 100 MB pays for six workers at most, however many cores there are.
-    assert choose_workers("auto", to_chunk, output_url="out/", cores=64).workers == total // AUTO_BYTES_PER_WORKER == 6
+    # 100 MB pays for 25 workers at most, however many cores there are.
+    assert choose_workers("auto", to_chunk, output_url="out/", cores=64).workers == total // AUTO_BYTES_PER_WORKER == 25
     choice = choose_workers("auto", to_chunk, output_url="out/", cores=2)
     assert choice.describe() == (
-        "on 2 worker processes (auto: 100.2 MB to chunk, 2 cores: one worker per 16 MB, up to one per core)"
+        "on 2 worker processes (auto: 100.2 MB to chunk, 2 cores: one worker per 4 MB, up to one per core)"
     )
     one_core = choose_workers("auto", to_chunk, output_url="out/", cores=1)
     assert one_core.workers == 0 and "one core" in one_core.reason

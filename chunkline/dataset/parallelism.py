@@ -1,13 +1,15 @@
 """How many worker processes a run uses: ``run.workers`` as given, or with ``auto`` (the default) a choice
 made from the driver's listing before the pipeline starts.
 
-A worker process costs a fixed start-up (a Python interpreter importing Beam and chunkline, then its share
-of the merges) and saves half, a third... of the chunking time; the chunker reads about 2.5 MB of
-markdown a second on one core. ``auto`` therefore runs one worker per :data:`AUTO_BYTES_PER_WORKER` bytes
-to chunk, up to one per core this process may run on, and stays in-process when that makes fewer than two
-(a small corpus, an incremental run that chunks little, a one-core machine) or when the output is
-``memory://`` (worker processes cannot share this process's memory). The sizes are the listing's; a file
-whose size the storage did not report counts as the mean of those it did.
+A worker process (forked from the driver, see :mod:`chunkline.pipelines.forked_workers`) costs a little
+wall time to start and to hand its share of the merges back, and saves half, a third... of the chunking
+time; the chunker reads about 2.5 MB of markdown a second on one core. Measured on two cores, two workers
+beat the in-process run from about 10 MB to chunk on, and a 0.2 MB corpus gains nothing from them.
+``auto`` therefore runs one worker per :data:`AUTO_BYTES_PER_WORKER` bytes to chunk, up to one per core
+this process may run on, and stays in-process when that makes fewer than two (a small corpus, an
+incremental run that chunks little, a one-core machine) or when the output is ``memory://`` (worker
+processes cannot share this process's memory). The sizes are the listing's; a file whose size the storage
+did not report counts as the mean of those it did.
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ from chunkline.dataset.inputs import SourceFile
 
 __all__ = ["AUTO_BYTES_PER_WORKER", "WorkersChoice", "available_cores", "bytes_to_chunk", "choose_workers"]
 
-AUTO_BYTES_PER_WORKER = 16_000_000
-"""Markdown bytes to chunk per worker process that ``auto`` starts: two workers from 32 MB on."""
+AUTO_BYTES_PER_WORKER = 4_000_000
+"""Markdown bytes to chunk per worker process that ``auto`` starts: two workers from 8 MB on."""
 
 
 @dataclass(frozen=True)

@@ -163,7 +163,7 @@ def test_a_small_corpus_runs_in_process_by_default_and_the_log_says_why(corpus, 
     assert running == [
         f"chunkline: running in-process (auto: {total_megabytes:.1f} MB to chunk, {available_cores()} "
         f"core{'s' if available_cores() != 1 else ''}: "
-        + ("one core" if available_cores() < 2 else "under the 32 MB that pay for worker processes")
+        + ("one core" if available_cores() < 2 else "under the 8 MB that pay for worker processes")
         + ")"
     ]
     # What ran is what the manifest records.
