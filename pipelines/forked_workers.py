@@ -25,8 +25,9 @@ import socket
 import sys
 import tempfile
 import time
+import traceback
 
-__all__ = ["WorkerForkServer"]
+__all__ = ["WorkerForkServer", "start_fork_server"]
 
 _RELAY = """
 import json, os, socket, sys, time
@@ -90,6 +91,17 @@ class WorkerForkServer:
         self.close()
 
 
+def start_fork_server() -> WorkerForkServer | None:
+    """A fork server for a run's workers, or None where there is none to be had (not Linux, or no Unix
+    socket in the temporary folder): the runner then starts its workers as Beam does."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return WorkerForkServer()
+    except OSError:
+        return None
+
+
 class _Stop(Exception):
     """The driver asked the server to stop."""
 
@@ -151,7 +163,8 @@ def _run_worker(connection: socket.socket) -> None:
         status = 0
     except SystemExit as exit_:
         status = exit_.code if isinstance(exit_.code, int) else 1
-    except BaseException:  # reported by the harness's own logging; the runner sees the status
+    except BaseException:  # on the worker's stderr, as Beam's own worker process would print it
+        traceback.print_exc()
         status = 1
     finally:
         try:

@@ -69,7 +69,7 @@ from chunkline.dataset.staged import (
     staged_counts,
 )
 from chunkline.dataset.storage import scrub_secrets
-from chunkline.pipelines.forked_workers import WorkerForkServer
+from chunkline.pipelines.forked_workers import WorkerForkServer, start_fork_server
 from chunkline.settings import ConfigError
 from chunkline.transforms import ChunkMarkdown, ReadMarkdown, WriteChunkDataset
 from chunkline.transforms.metrics import run_counts
@@ -433,7 +433,7 @@ def run_pipeline(config: RunConfig, beam_args: list[str] | None = None) -> RunSu
         if not in_process:
             config = _with_workers_chosen(config, plan, list(beam_args or []))
             if not _runner_given(list(beam_args or [])) and config.run.workers > 0:
-                fork_server = WorkerForkServer()  # imports while the pipeline is built and translated
+                fork_server = start_fork_server()
             runner, options = _pipeline_options(config, list(beam_args or []), fork_server)
             pipeline = beam.Pipeline(runner=runner, options=options)
             build_pipeline(pipeline, config, run_id, plan)
@@ -465,6 +465,8 @@ def run_pipeline(config: RunConfig, beam_args: list[str] | None = None) -> RunSu
                 discard_run(output_url, run_id, storage_options)
             raise
     finally:
+        if fork_server is not None:  # a run that failed before its pipeline ran
+            fork_server.close()
         lock.release()
     total_seconds = time.perf_counter() - started
     errors = read_dataset(output_url, "errors", storage_options=storage_options).to_pylist()
