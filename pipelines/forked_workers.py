@@ -6,7 +6,7 @@ every worker imports Beam, pyarrow and chunkline again (about 1.4 s of CPU, 2 to
 busy machine) before it reads its first document, on the run's critical path. Here the driver forks a
 fork server just before the pipeline runs; the runner's worker command is a relay of a few lines (the
 standard library only, ``python -S``) that hands its environment (the control and logging endpoints, the
-pipeline options) to the server over a Unix socket, and exits with the status of the worker the server
+pipeline options) to the server over a Unix socket (in a folder only this user can open), and exits with the status of the worker the server
 forked for it, as the runner expects of the process it started. A forked worker runs Beam's SDK harness
 as ``sdk_worker_main`` does, in a copy of the driver's memory.
 
@@ -17,6 +17,7 @@ start gRPC. The server stops when the driver closes it or exits.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shlex
 import shutil
@@ -157,6 +158,11 @@ def _run_worker(connection: socket.socket) -> None:
         environment = json.loads(connection.makefile("rb").readline())
         os.environ.clear()
         os.environ.update(environment)
+        # The driver's log handlers print to its stderr; a worker's records go to the runner only (the
+        # handler the harness adds), which logs them in the driver, as with Beam's own worker processes.
+        root_logger = logging.getLogger()
+        for handler in list(root_logger.handlers):
+            root_logger.removeHandler(handler)
         from apache_beam.runners.worker import sdk_worker_main
 
         sdk_worker_main.main(sys.argv)

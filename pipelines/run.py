@@ -188,7 +188,10 @@ def _with_workers_chosen(config: RunConfig, plan: RebuildPlan, beam_args: list[s
     if _runner_given(beam_args):
         return config
     choice = choose_workers(
-        config.run.workers, plan.to_chunk if plan.listed else [], output_url=config.output.url or ""
+        config.run.workers,
+        plan.to_chunk if plan.listed else [],
+        output_url=config.output.url or "",
+        max_file_bytes=config.input.max_file_bytes,
     )
     logger.info("chunkline: running %s", choice.describe())
     return replace(config, run=replace(config.run, workers=choice.workers))
@@ -198,8 +201,8 @@ def _pipeline_options(
     config: RunConfig, beam_args: list[str], fork_server: WorkerForkServer | None = None
 ) -> tuple[Any, PipelineOptions]:
     """The runner and options: the user's ``--runner`` if given, else the FnApiRunner (in-process, or
-    multi-processing with ``run.workers`` worker processes; ``auto`` here is in-process, as
-    :func:`run_pipeline` settles it from the listing first)."""
+    multi-processing with ``run.workers`` worker processes, forked by ``fork_server`` when there is one;
+    ``auto`` here is in-process, as :func:`run_pipeline` settles it from the listing first)."""
     if _runner_given(beam_args):
         return None, PipelineOptions(beam_args)
     arguments = list(beam_args)

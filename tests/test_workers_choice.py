@@ -75,6 +75,18 @@ def test_a_large_corpus_gets_one_worker_per_core_up_to_its_bytes(large_corpus):
     assert one_core.workers == 0 and "one core" in one_core.reason
 
 
+def test_files_over_the_size_limit_count_for_nothing(large_corpus):
+    """They are error rows, never read: five 20 MB files over a 10 MB input.max_file_bytes buy no worker."""
+    config, to_chunk = listed_documents(large_corpus)
+    assert bytes_to_chunk(to_chunk, max_file_bytes=10_000_000) == bytes_to_chunk(
+        [(doc_id, files) for doc_id, files in to_chunk if not doc_id.startswith("exports/")]
+    )
+    choice = choose_workers("auto", to_chunk, output_url="out/", max_file_bytes=10_000_000, cores=8)
+    assert choice.workers == 0
+    # The default limit (50 MB) lets them count.
+    assert choose_workers("auto", to_chunk, max_file_bytes=config.input.max_file_bytes, cores=8).workers == 8
+
+
 def test_auto_counts_only_what_an_incremental_run_chunks(large_corpus):
     """The decision reads the plan's documents to chunk: the big files, carried over, cost nothing."""
     _, to_chunk = listed_documents(large_corpus)

@@ -47,10 +47,13 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
-def bytes_to_chunk(to_chunk: Sequence[tuple[str, list[SourceFile]]]) -> int:
+def bytes_to_chunk(to_chunk: Sequence[tuple[str, list[SourceFile]]], max_file_bytes: int | None = None) -> int:
     """The bytes of the documents a run reads, from the listing: the first file of each doc_id (the one
-    read); a size the storage did not report counts as the mean of the known ones (0 if none is known)."""
+    read), none of a file over ``max_file_bytes`` (an error row, never read); a size the storage did not
+    report counts as the mean of the known ones (0 if none is known)."""
     sizes = [files[0].size_bytes if files else None for _, files in to_chunk]
+    if max_file_bytes is not None:
+        sizes = [0 if size is not None and size > max_file_bytes else size for size in sizes]
     known = [size for size in sizes if size is not None]
     if not known:
         return 0
@@ -63,10 +66,12 @@ def choose_workers(
     to_chunk: Sequence[tuple[str, list[SourceFile]]],
     *,
     output_url: str = "",
+    max_file_bytes: int | None = None,
     cores: int | None = None,
 ) -> WorkersChoice:
     """The workers of a run whose ``run.workers`` is ``setting`` and which reads ``to_chunk`` (the plan's
-    ``(doc_id, files)`` pairs): a number given by the user is kept; ``auto`` decides as the module says."""
+    ``(doc_id, files)`` pairs, files over ``max_file_bytes`` left out): a number given by the user is
+    kept; ``auto`` decides as the module says."""
     if setting != "auto":
         if not isinstance(setting, int) or isinstance(setting, bool):
             raise ValueError(f"workers must be auto or a whole number, got {setting!r}")
@@ -74,7 +79,7 @@ def choose_workers(
     if output_url.startswith("memory://"):
         return WorkersChoice(0, "auto: a memory:// output is this process's memory")
     cores = available_cores() if cores is None else cores
-    total = bytes_to_chunk(to_chunk)
+    total = bytes_to_chunk(to_chunk, max_file_bytes)
     workers = min(cores, total // AUTO_BYTES_PER_WORKER)
     figures = f"auto: {total / 1e6:.1f} MB to chunk, {cores} core{'s' if cores != 1 else ''}"
     if workers < 2:
