@@ -6,9 +6,9 @@ every worker imports Beam, pyarrow and chunkline again (about 1.4 s of CPU, 2 to
 busy machine) before it reads its first document, on the run's critical path. Here the driver forks a
 fork server just before the pipeline runs; the runner's worker command is a relay of a few lines (the
 standard library only, ``python -S``) that hands its environment (the control and logging endpoints, the
-pipeline options) to the server over a Unix socket (in a folder only this user can open), and exits with the status of the worker the server
-forked for it, as the runner expects of the process it started. A forked worker runs Beam's SDK harness
-as ``sdk_worker_main`` does, in a copy of the driver's memory.
+pipeline options) to the server over a Unix socket (in a folder only this user can open), and exits with
+the status of the worker the server forked for it, as the runner expects of the process it started. A
+forked worker runs Beam's SDK harness as ``sdk_worker_main`` does, in a copy of the driver's memory.
 
 The driver forks before it opens any gRPC channel or server, so each worker is the first of its line to
 start gRPC. The server stops when the driver closes it or exits.
