@@ -92,11 +92,23 @@ class WorkerForkServer:
         self.close()
 
 
+class _InMemoryModeNotice(logging.Filter):
+    """Drops the FnApiRunner's warning that several workers want its multi-processing mode: with the fork
+    server's environment its in_memory mode does start worker processes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("If direct_num_workers is not equal to 1")
+
+
+_IN_MEMORY_MODE_NOTICE = _InMemoryModeNotice()
+
+
 def start_fork_server() -> WorkerForkServer | None:
     """A fork server for a run's workers, or None where there is none to be had (not Linux, or no Unix
     socket in the temporary folder): the runner then starts its workers as Beam does."""
     if not sys.platform.startswith("linux"):
         return None
+    logging.getLogger("apache_beam.runners.portability.fn_api_runner.fn_runner").addFilter(_IN_MEMORY_MODE_NOTICE)
     try:
         return WorkerForkServer()
     except OSError:
