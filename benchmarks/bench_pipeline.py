@@ -7,11 +7,15 @@ rounds whose order alternates):
 1. **in-process pipeline vs a plain loop**: ``chunkline run`` on Beam's in-process FnApiRunner over the
    corpus, end to end (matching, reading, chunking, writing and publishing Parquet), against a Python loop
    that reads the same files and calls ``chunk_markdown`` on each (and writes nothing).
-2. **2 worker processes vs in-process**: the same pipeline with ``run.workers: 2`` (the multi-processing
-   DirectRunner) against the in-process run, on a corpus of at least ``--large-mb`` MB made of copies of the
-   corpus under different folder names.
-3. **peak memory vs corpus size**: the in-process pipeline in a fresh process over 1x, 4x and 16x the corpus;
-   the process's peak resident set size (``ru_maxrss``) is reported for each.
+2. **the default run, in-process and 2 worker processes**: ``chunkline run`` as it runs by default
+   (``run.workers: auto``), with ``run.workers: 0`` and with ``run.workers: 2``, on a corpus of at least
+   ``--large-mb`` MB made of copies of the corpus under different folder names, then on the repository's
+   12-file sample corpus: median wall and CPU seconds (the driver and its workers), the workers each ran,
+   and the load average before each run (the machine may be shared: CPU seconds show what the runs cost
+   whatever the load).
+3. **peak memory vs corpus size**: the default and the in-process run in a fresh process over 1x, 4x and
+   16x the corpus; the peak resident set size (``ru_maxrss``, the largest of the driver and its workers) is
+   reported for each.
 
 Usage::
 
@@ -138,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         if "loop" in wanted:
             _compare_with_loop(corpus, work, megabytes, arguments.runs, results)
         if "workers" in wanted:
-            _compare_workers(corpus, work, megabytes, arguments, results)
+            _compare_runners_large_and_sample(corpus, work, megabytes, arguments, results)
         if "memory" in wanted:
             _measure_memory(corpus, work, results)
     if arguments.json:
@@ -149,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _compare_with_loop(corpus: Path, work: Path, megabytes: float, runs: int, results: dict) -> None:
     pipeline_times, loop_times = median_pair(
-        lambda: run_pipeline_once(corpus, work),
+        lambda: run_pipeline_once(corpus, work, "run.workers=0"),
         lambda: timed_subprocess(_LOOP_SNIPPET, str(corpus)),
         runs,
     )
@@ -169,49 +173,141 @@ def _compare_with_loop(corpus: Path, work: Path, megabytes: float, runs: int, re
     )
 
 
-def _compare_workers(corpus: Path, work: Path, megabytes: float, arguments: argparse.Namespace, results: dict) -> None:
+_RUNNER_SNIPPET = """
+import json, sys, time
+from chunkline.dataset.publish import read_manifest
+from chunkline.dataset.settings import load_run_config
+from chunkline.pipelines.run import run_pipeline
+config = load_run_config(None, sys.argv[3:], environ={}, inputs=[sys.argv[1]], output=sys.argv[2])
+started = time.perf_counter()
+summary = run_pipeline(config)
+seconds = time.perf_counter() - started
+workers = read_manifest(sys.argv[2])["config"]["run"]["workers"]
+print(json.dumps({"seconds": seconds, "chunks": summary.chunks, "workers": workers}))
+"""
+
+_RUNNERS = {"default": (), "in-process": ("run.workers=0",), "2 workers": ("run.workers=2",)}
+"""What the runner comparison times: the default (``run.workers: auto``) and the two choices it makes on
+two cores."""
+
+
+def timed_run(corpus: Path, work: Path, *overrides: str) -> dict:
+    """One ``run_pipeline`` in a fresh process: its wall seconds (the run itself, imports excluded), the CPU
+    seconds of the process and every worker it waited for (imports included), its peak RSS (the largest of
+    those processes), the workers it ran, and the 1-minute load average before it started."""
+    output = work / f"out-{time.monotonic_ns()}"
+    load_before = os.getloadavg()[0]
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-c", _RUNNER_SNIPPET, str(corpus), str(output), *overrides],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        output_text = process.stdout.read() if process.stdout else ""
+        _, status, usage = os.wait4(process.pid, 0)
+    finally:
+        shutil.rmtree(output, ignore_errors=True)
+    if not output_text.strip():
+        raise RuntimeError(f"benchmark process failed (wait status {status}): {corpus} {' '.join(overrides)}")
+    reported = json.loads(output_text.strip().splitlines()[-1])
+    return {
+        "seconds": reported["seconds"],
+        "cpu_seconds": usage.ru_utime + usage.ru_stime,
+        "peak_rss_mb": usage.ru_maxrss / 1024,
+        "workers": reported["workers"],
+        "load_before": load_before,
+    }
+
+
+def compare_runners(corpus: Path, work: Path, runs: int) -> dict:
+    """Every runner of :data:`_RUNNERS` on ``corpus``, ``runs`` rounds whose order rotates: the medians of
+    wall and CPU seconds, the workers each ran, each run's figures, and each runner's speedup over the
+    in-process run (ratios of medians)."""
+    figures: dict[str, list[dict]] = {name: [] for name in _RUNNERS}
+    names = list(_RUNNERS)
+    for round_number in range(runs):
+        for name in names[round_number % len(names) :] + names[: round_number % len(names)]:
+            figures[name].append(timed_run(corpus, work, *_RUNNERS[name]))
+    summary: dict[str, dict] = {}
+    for name, measured in figures.items():
+        summary[name] = {
+            "median_seconds": round(statistics.median(run["seconds"] for run in measured), 2),
+            "median_cpu_seconds": round(statistics.median(run["cpu_seconds"] for run in measured), 2),
+            "workers": sorted({run["workers"] for run in measured}),
+            "runs": [
+                {key: round(value, 2) if isinstance(value, float) else value for key, value in run.items()}
+                for run in measured
+            ],
+        }
+    in_process = summary["in-process"]["median_seconds"]
+    for name in summary:
+        summary[name]["speedup_vs_in_process"] = round(in_process / summary[name]["median_seconds"], 2)
+    return summary
+
+
+def _print_runners(label: str, megabytes: float, summary: dict) -> None:
+    loads = [run["load_before"] for runner in summary.values() for run in runner["runs"]]
+    print(
+        f"2. {label} ({megabytes:.1f} MB, load average {min(loads):.1f}-{max(loads):.1f} on {os.cpu_count()} cores):",
+        flush=True,
+    )
+    for name, figures in summary.items():
+        print(
+            f"   {name:>10}: {figures['median_seconds']:6.2f} s ({megabytes / figures['median_seconds']:.2f} MB/s), "
+            f"CPU {figures['median_cpu_seconds']:6.2f} s, workers {figures['workers']}: "
+            f"{figures['speedup_vs_in_process']:.2f}x in-process",
+            flush=True,
+        )
+
+
+def _compare_runners_large_and_sample(
+    corpus: Path, work: Path, megabytes: float, arguments: argparse.Namespace, results: dict
+) -> None:
+    """The default run, in-process and two workers side by side on a corpus of at least ``--large-mb`` MB
+    (copies of the corpus under different folder names) and on the repository's 12-file sample corpus."""
     copies = max(1, int(-(-arguments.large_mb // megabytes)))
     large = replicate(corpus, copies, work / "large")
     large_mb = corpus_megabytes(large)
-    workers_times, single_times = median_pair(
-        lambda: run_pipeline_once(large, work, "run.workers=2"),
-        lambda: run_pipeline_once(large, work),
-        arguments.runs,
-    )
-    speedup = statistics.median(single_times) / statistics.median(workers_times)
-    results["workers_2_vs_in_process"] = {
-        "corpus_mb": round(large_mb, 2),
-        "workers_2_mb_s": round(large_mb / statistics.median(workers_times), 2),
-        "in_process_mb_s": round(large_mb / statistics.median(single_times), 2),
-        "speedup": round(speedup, 2),
-        "workers_2_seconds": workers_times,
-        "in_process_seconds": single_times,
-    }
-    print(
-        f"2. {large_mb:.1f} MB corpus: 2 workers {large_mb / statistics.median(workers_times):.2f} MB/s, "
-        f"in-process {large_mb / statistics.median(single_times):.2f} MB/s: {speedup:.2f}x",
-        flush=True,
-    )
+    large_summary = compare_runners(large, work, arguments.runs)
+    results["runners_large"] = {"corpus_mb": round(large_mb, 2), **large_summary}
+    _print_runners(f"{copies} copies of the corpus", large_mb, large_summary)
     shutil.rmtree(large, ignore_errors=True)
+    sample = REPO / "sample_corpus"
+    sample_mb = corpus_megabytes(sample)
+    sample_summary = compare_runners(sample, work, max(arguments.runs, 5))
+    results["runners_sample"] = {"corpus_mb": round(sample_mb, 3), **sample_summary}
+    _print_runners("the 12-file sample corpus", sample_mb, sample_summary)
 
 
 def _measure_memory(corpus: Path, work: Path, results: dict) -> None:
+    """Peak RSS of the default run (the largest of the driver and its workers) and of the in-process run
+    over 1x, 4x and 16x the corpus."""
     memory = {}
     for factor in (1, 4, 16):
         folder = corpus if factor == 1 else replicate(corpus, factor, work / f"x{factor}")
-        seconds, peak_mb = run_pipeline_once(folder, work)
-        memory[f"{factor}x"] = {
-            "corpus_mb": round(corpus_megabytes(folder), 1),
-            "peak_rss_mb": round(peak_mb, 1),
-            "seconds": round(seconds, 1),
-        }
-        print(
-            f"3. {factor:>2}x corpus ({memory[f'{factor}x']['corpus_mb']} MB): peak RSS {peak_mb:.0f} MB "
-            f"in {seconds:.1f} s",
-            flush=True,
-        )
+        folder_mb = round(corpus_megabytes(folder), 1)
+        for name in ("default", "in-process"):
+            run = timed_run(folder, work, *_RUNNERS[name])
+            memory[f"{factor}x {name}"] = {
+                "corpus_mb": folder_mb,
+                "peak_rss_mb": round(run["peak_rss_mb"], 1),
+                "seconds": round(run["seconds"], 1),
+                "cpu_seconds": round(run["cpu_seconds"], 1),
+                "workers": run["workers"],
+                "load_before": round(run["load_before"], 2),
+            }
+            print(
+                f"3. {factor:>2}x corpus ({folder_mb} MB), {name} (workers {run['workers']}): peak RSS "
+                f"{run['peak_rss_mb']:.0f} MB in {run['seconds']:.1f} s, CPU {run['cpu_seconds']:.1f} s",
+                flush=True,
+            )
         if factor != 1:
             shutil.rmtree(folder, ignore_errors=True)
+    for name in ("default", "in-process"):
+        memory[f"16x vs 1x {name}"] = round(
+            memory[f"16x {name}"]["peak_rss_mb"] / memory[f"1x {name}"]["peak_rss_mb"], 2
+        )
     results["peak_memory"] = memory
 
 

@@ -118,9 +118,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_settings_arguments(run)
     run.add_argument(
         "--workers",
-        type=int,
+        type=_workers,
         metavar="N",
-        help="run N worker processes (Beam's multi-processing DirectRunner); default: in-process",
+        help=(
+            "N worker processes (Beam's FnApiRunner in multi-processing mode), 0: in-process; default auto: "
+            "one per core when the bytes to chunk pay for their start-up, else in-process"
+        ),
     )
     run.add_argument(
         "--fail-on-error",
@@ -235,6 +238,13 @@ def _count(text: str) -> int:
     if not re.fullmatch(r"[0-9]+", text.strip()):
         raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
     return int(text)
+
+
+def _workers(text: str) -> str:
+    """``auto`` or a whole number >= 0, for ``--workers``."""
+    if text.strip() != "auto" and not re.fullmatch(r"[0-9]+", text.strip()):
+        raise argparse.ArgumentTypeError(f"expected auto or a whole number >= 0, got {text!r}")
+    return text.strip()
 
 
 def _positive_count(text: str) -> int:

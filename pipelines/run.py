@@ -21,8 +21,10 @@ the previous snapshot's documents, unless ``run.allow_deletes`` (``--allow-delet
 checked before the pipeline starts, from the listing, and again before publishing, from the snapshot's
 ``changes/documents``.
 
-Without ``--runner`` among the Beam arguments the pipeline runs on Beam's in-process FnApiRunner, or with
-``run.workers: N`` on the multi-processing DirectRunner (N worker processes); Beam's default DirectRunner
+Without ``--runner`` among the Beam arguments the pipeline runs on Beam's FnApiRunner: with ``run.workers:
+N`` in its multi-processing mode (N worker processes), with 0 in this process, and with ``auto`` (the
+default) on one worker per core when the listing holds enough bytes to chunk, else in this process (see
+:mod:`chunkline.dataset.parallelism`; the run logs which and why). Beam's default DirectRunner
 is never used, as it first tries to download a Prism binary. Any other runner is passed through unchanged
 (``--runner DataflowRunner --project ... --region ...``); the workers then need the chunkline package, see
 the README on distributed runners.
@@ -33,7 +35,7 @@ from __future__ import annotations
 import logging
 import posixpath
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +44,7 @@ from fsspec.registry import get_filesystem_class
 
 from chunkline.dataset.in_process import stage_run_in_process
 from chunkline.dataset.inputs import glob_root
+from chunkline.dataset.parallelism import choose_workers
 from chunkline.dataset.publish import (
     OutputState,
     acquire_output_lock,
@@ -61,6 +64,7 @@ from chunkline.dataset.staged import (
     staged_counts,
 )
 from chunkline.dataset.storage import scrub_secrets
+from chunkline.pipelines.forked_workers import WorkerForkServer, start_fork_server
 from chunkline.settings import ConfigError
 
 if TYPE_CHECKING:  # Beam is imported only by a run that builds a pipeline
@@ -167,23 +171,56 @@ def check_output_location(config: RunConfig) -> None:
         output_path, input_path = output_location[1], input_location[1]
         if output_path == input_path or output_path.startswith(input_path.rstrip("/") + "/"):
             raise ConfigError(f"output {output} is inside input {raw}: its files would be read as input")
-    if output.startswith("memory://") and config.run.workers > 0:
+    workers = config.run.workers
+    if output.startswith("memory://") and isinstance(workers, int) and workers > 0:
         raise ConfigError("memory:// output needs the in-process runner: worker processes cannot share memory")
 
 
-def _pipeline_options(config: RunConfig, beam_args: list[str]) -> tuple[Any, PipelineOptions]:
+def _runner_given(beam_args: list[str]) -> bool:
+    return any(argument == "--runner" or argument.startswith("--runner=") for argument in beam_args)
+
+
+def _with_workers_chosen(config: RunConfig, plan: RebuildPlan, beam_args: list[str]) -> RunConfig:
+    """``config`` with ``run.workers`` settled for the FnApiRunner: as given, or for ``auto`` from the
+    bytes the plan reads (see :func:`~chunkline.dataset.parallelism.choose_workers`); logged in one line.
+    A user's ``--runner`` runs as it is told."""
+    if _runner_given(beam_args):
+        return config
+    choice = choose_workers(
+        config.run.workers,
+        plan.to_chunk if plan.listed else [],
+        output_url=config.output.url or "",
+        max_file_bytes=config.input.max_file_bytes,
+    )
+    logger.info("chunkline: running %s", choice.describe())
+    return replace(config, run=replace(config.run, workers=choice.workers))
+
+
+def _pipeline_options(
+    config: RunConfig, beam_args: list[str], fork_server: WorkerForkServer | None = None
+) -> tuple[Any, PipelineOptions]:
     """The runner and options: the user's ``--runner`` if given, else the FnApiRunner (in-process, or
-    multi-processing with ``run.workers``)."""
+    multi-processing with ``run.workers`` worker processes, forked by ``fork_server`` when there is one;
+    ``auto`` here is in-process, as :func:`run_pipeline` settles it from the listing first)."""
     from apache_beam.options.pipeline_options import PipelineOptions
     from apache_beam.portability.api import beam_provision_api_pb2
     from apache_beam.runners.portability.fn_api_runner import fn_runner
     from apache_beam.runners.portability.portable_runner import JobServiceHandle
+    from apache_beam.transforms.environments import SubprocessSDKEnvironment
 
-    if any(argument == "--runner" or argument.startswith("--runner=") for argument in beam_args):
+    if _runner_given(beam_args):
         return None, PipelineOptions(beam_args)
     arguments = list(beam_args)
-    if config.run.workers > 0:
-        arguments += ["--direct_running_mode=multi_processing", f"--direct_num_workers={config.run.workers}"]
+    workers = config.run.workers if isinstance(config.run.workers, int) else 0
+    environment = None
+    if workers > 0:
+        if fork_server is not None:
+            # The runner starts its worker processes as in multi-processing mode, with the fork server's
+            # command (in its in_memory mode the FnApiRunner keeps the environment it is given).
+            arguments += ["--direct_running_mode=in_memory", f"--direct_num_workers={workers}"]
+            environment = SubprocessSDKEnvironment.from_command_string(command_string=fork_server.worker_command)
+        else:
+            arguments += ["--direct_running_mode=multi_processing", f"--direct_num_workers={workers}"]
         if not any(argument.startswith("--default_sdk_harness_log_level") for argument in arguments):
             # Worker processes log every channel they open at INFO; keep their warnings and chunkline's progress.
             arguments += [
@@ -196,7 +233,7 @@ def _pipeline_options(config: RunConfig, beam_args: list[str]) -> tuple[Any, Pip
     # As Beam's DirectRunner does: hand the options to the worker processes through the provision info.
     encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
     provision_info = fn_runner.ExtendedProvisionInfo(beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded))
-    return fn_runner.FnApiRunner(provision_info=provision_info), options
+    return fn_runner.FnApiRunner(default_environment=environment, provision_info=provision_info), options
 
 
 def _transforms(
@@ -402,6 +439,7 @@ def run_pipeline(config: RunConfig, beam_args: list[str] | None = None) -> RunSu
         output_url, run_id, storage_options, expiry_seconds=config.output.lock_expiry_seconds, secrets=secret_values
     )
     metric_counts = None
+    fork_server = None
     try:
         previous = _previous_state(config)
         plan = _plan(config, previous, listing)
@@ -412,7 +450,10 @@ def run_pipeline(config: RunConfig, beam_args: list[str] | None = None) -> RunSu
         if not in_process:
             import apache_beam as beam
 
-            runner, options = _pipeline_options(config, list(beam_args or []))
+            config = _with_workers_chosen(config, plan, list(beam_args or []))
+            if not _runner_given(list(beam_args or [])) and config.run.workers > 0:
+                fork_server = start_fork_server()
+            runner, options = _pipeline_options(config, list(beam_args or []), fork_server)
             pipeline = beam.Pipeline(runner=runner, options=options)
             build_pipeline(pipeline, config, run_id, plan)
         logger.info("chunkline: run %s reading %s", run_id, ", ".join(config.input.paths))
@@ -426,6 +467,9 @@ def run_pipeline(config: RunConfig, beam_args: list[str] | None = None) -> RunSu
         except BaseException:
             discard_run(output_url, run_id, storage_options)
             raise
+        finally:
+            if fork_server is not None:
+                fork_server.close()
         pipeline_seconds = time.perf_counter() - started
         try:
             counts = staged_counts(output_url, run_id, config)
@@ -440,6 +484,8 @@ def run_pipeline(config: RunConfig, beam_args: list[str] | None = None) -> RunSu
                 discard_run(output_url, run_id, storage_options)
             raise
     finally:
+        if fork_server is not None:  # a run that failed before its pipeline ran
+            fork_server.close()
         lock.release()
     total_seconds = time.perf_counter() - started
     errors = read_dataset(output_url, "errors", storage_options=storage_options).to_pylist()

@@ -20,7 +20,7 @@
       front_matter_columns: {}       # front-matter key -> type: typed chunks columns (tags: list<string>)
       storage_options: {}
     run:
-      workers: 0                     # 0: in-process; N: N worker processes
+      workers: auto                  # auto: every core for a large corpus; 0: in-process; N: N worker processes
       fail_on_error: false
       reindex: false                 # chunk every document again instead of carrying unchanged ones over
       allow_deletes: false           # publish even a snapshot over output.max_deleted_fraction
@@ -169,8 +169,10 @@ class OutputConfig:
 class RunSettings:
     """How the pipeline runs."""
 
-    workers: int = 0
-    """0: Beam's in-process FnApiRunner; N >= 1: the multi-processing DirectRunner with N processes."""
+    workers: int | str = "auto"
+    """0: Beam's in-process FnApiRunner; N >= 1: its multi-processing mode with N worker processes; auto:
+    one worker per core when the listing holds enough bytes to chunk to pay for them, else in-process (see
+    :func:`chunkline.dataset.parallelism.choose_workers`)."""
     fail_on_error: bool = False
     """Exit non-zero when any document produced an error row."""
     reindex: bool = False
@@ -183,7 +185,10 @@ class RunSettings:
     process instead of starting the runner (whose start-up costs more than chunking a few files); 0: never."""
 
     def __post_init__(self) -> None:
-        check_whole_number(self.workers, "workers", minimum=0, maximum=MAX_WORKERS)
+        if isinstance(self.workers, str) and self.workers != "auto":
+            raise ValueError(f"workers must be auto or a whole number from 0 to {MAX_WORKERS}, got {self.workers!r}")
+        if self.workers != "auto":
+            check_whole_number(self.workers, "workers", minimum=0, maximum=MAX_WORKERS)
         for name in ("fail_on_error", "reindex"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")

@@ -4,12 +4,14 @@ inspect, chunk and strategies."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 
 import pytest
 
 import chunkline
+from chunkline.dataset.parallelism import available_cores
 from chunkline.pipelines.cli import main
 from chunkline.schemas import CHUNKS_SCHEMA
 
@@ -149,6 +151,32 @@ def test_workers_flag_with_memory_output_exits_2(corpus, memory_fs, capsys):
     assert main(["run", str(corpus), "--output", "memory://dataset", "--workers", "2"]) == 2
     assert "in-process" in capsys.readouterr().err
     assert not memory_fs.store
+
+
+def test_a_small_corpus_runs_in_process_by_default_and_the_log_says_why(corpus, tmp_path, caplog):
+    output = tmp_path / "out"
+    with caplog.at_level(logging.INFO, logger="chunkline"):
+        assert main(["run", str(corpus), "--output", str(output)]) == 0
+    total_megabytes = sum(len(data) for data in CORPUS.values()) / 1e6
+    lines = [record.getMessage() for record in caplog.records if record.name == "chunkline"]
+    running = [line for line in lines if line.startswith("chunkline: running ")]
+    assert running == [
+        f"chunkline: running in-process (auto: {total_megabytes:.1f} MB to chunk, {available_cores()} "
+        f"core{'s' if available_cores() != 1 else ''}: "
+        + ("one core" if available_cores() < 2 else "under the 8 MB that pay for worker processes")
+        + ")"
+    ]
+    # What ran is what the manifest records.
+    assert manifest(output)["config"]["run"]["workers"] == 0
+
+
+def test_auto_with_a_memory_output_runs_in_process(corpus, memory_fs, caplog):
+    with caplog.at_level(logging.INFO, logger="chunkline"):
+        assert main(["run", str(corpus), "--output", "memory://dataset", "--workers", "auto"]) == 0
+    assert "chunkline: running in-process (auto: a memory:// output is this process's memory)" in [
+        record.getMessage() for record in caplog.records
+    ]
+    assert any(path.endswith("/_SUCCESS") for path in memory_fs.store)
 
 
 def test_run_without_input_or_output_exits_2(corpus, tmp_path, capsys):

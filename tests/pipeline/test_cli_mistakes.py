@@ -130,7 +130,7 @@ def test_a_bad_runner_or_beam_value_exits_2_before_anything_runs(docs, tmp_path,
         (["chunk"], "chunkline chunk: error: the following arguments are required: FILE"),
         (["chunk", "x.md", "--preview-chars", "-3"], "argument --preview-chars: expected a whole number >= 0"),
         (["inspect", "out", "--errors", "some"], "argument --errors: expected a whole number >= 0, got 'some'"),
-        (["run", "docs", "--workers", "two"], "argument --workers: invalid int value: 'two'"),
+        (["run", "docs", "--workers", "two"], "argument --workers: expected auto or a whole number >= 0, got 'two'"),
         (["strategies", "--verbose"], "unknown option --verbose: not an option of `chunkline strategies`"),
     ],
 )

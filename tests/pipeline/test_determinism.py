@@ -8,6 +8,9 @@ A small ``max_tokens`` and four shards make many chunks per file, so row order i
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 from .conftest import CORPUS, manifest, rows_by_doc, run, table_digests, write_corpus, write_files
@@ -27,6 +30,8 @@ def corpus_and_reference(tmp_path_factory):
     output = base / "reference"
     summary = run([root], output, *OVERRIDES)
     assert summary.documents_ok == len(CORPUS) and summary.documents_error == 1
+    # The default (run.workers: auto) runs a corpus this small in-process: the runs below compare with it.
+    assert manifest(output)["config"]["run"]["workers"] == 0
     digests = table_digests(output, TABLES)
     # The reference is worth comparing with: several shards, many chunks, sub-split documents.
     assert sum(name.startswith("chunks/") for name in digests) >= 3
@@ -60,6 +65,22 @@ def test_multi_processing_runner_with_two_workers_is_byte_identical(corpus_and_r
     assert summary.documents_ok == len(CORPUS)
     assert manifest(output)["config"]["run"]["workers"] == 2
     assert_same_files(output, expected)
+    # The fork server and the workers it forked are gone with the run.
+    assert child_processes() == []
+
+
+def child_processes() -> list[int]:
+    """This process's live child processes (Linux's /proc; zombies, already exited, are left out)."""
+    children = []
+    for task in Path(f"/proc/{os.getpid()}/task").iterdir():
+        for pid in (task / "children").read_text().split():
+            try:
+                state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except FileNotFoundError:  # exited and reaped meanwhile
+                continue
+            if state != "Z":
+                children.append(int(pid))
+    return children
 
 
 def test_dask_runner_on_a_local_cluster_is_byte_identical(corpus_and_reference, tmp_path):
