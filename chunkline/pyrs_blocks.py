@@ -16,9 +16,12 @@ trees differ in shape, the records are made to agree:
   inline token.
 
 Four inputs are left to the reference parser (:func:`block_records` returns ``None``): text that UTF-8
-cannot encode (lone surrogates); text with a tab in a line's indentation or container markers (markdown-it.rs
-counts the tab as the columns it expands to in the byte ranges it gives, which then miss their lines); a table right after a quote or list, where the two parsers disagree
-(markdown-it-py reads its header row as a lazy continuation line of the paragraph in the container); and
+cannot encode (lone surrogates); a block inside a container that starts or ends on a line with a tab in its
+indentation or container markers (markdown-it.rs counts the tab as the columns it expands to in the byte
+ranges it gives there, which can then miss their lines); a table right after a quote or list, or a quote with a lazy continuation line,
+where the two parsers disagree on what continues the paragraph in the container (markdown-it-py reads a
+table's header row as a continuation line and a lone ``-`` as an empty list item, markdown-it.rs the other
+way round); and
 containers nested so deep that markdown-it-py's depth limit
 (``MAX_CONTAINER_DEPTH`` in :mod:`chunkline.structure`) changes how their content is parsed. markdown-it.rs
 parses nesting with recursion and no limit (10,000 nested lists overflow the stack and end the process),
@@ -58,6 +61,7 @@ _LONG_PREFIX = re.compile(f"[\\r\\n]{_LONG_PREFIX_RUN}")
 _LONG_PREFIX_AT_START = re.compile(_LONG_PREFIX_RUN)
 _TAB_IN_PREFIX = re.compile(f"[\\r\\n][{_PREFIX_CHARACTERS}]*\\t")
 _TAB_IN_PREFIX_AT_START = re.compile(f"[{_PREFIX_CHARACTERS}]*\\t")
+_QUOTE_MARKER = re.compile(f"[{_PREFIX_CHARACTERS}]*>")
 _LINE_BREAK_BYTES = re.compile(rb"\r\n?|\n")
 
 _BLOCK_NODE_KINDS = {
@@ -111,6 +115,44 @@ def has_tab_in_line_prefix(source: str) -> bool:
     )
 
 
+def tab_prefixed_lines(source: str) -> set[int]:
+    """The 0-based lines of ``source`` with a tab among the container markers and indentation they begin with."""
+    lines = set()
+    if _TAB_IN_PREFIX_AT_START.match(source) is not None:
+        lines.add(0)
+    line_breaks = [match.end() for match in _LINE_BREAK_TEXT.finditer(source)]
+    for match in _TAB_IN_PREFIX.finditer(source):
+        lines.add(bisect_right(line_breaks, match.start() + 1))
+    return lines
+
+
+def _touches_tab_lines(records: list[list[Any]], tab_lines: set[int]) -> bool:
+    """Whether a block inside a container starts or ends on a line with a tab in its prefix (or on the line
+    after one, where a range counted with the tab's columns can land)."""
+    for record in records:
+        if record[3] == 0:
+            continue
+        start_line, end_line = record[1], record[2]
+        if not tab_lines.isdisjoint((start_line - 1, start_line, end_line - 2, end_line - 1)):
+            return True
+    return False
+
+
+def _has_lazy_line(source: str, quotes: list[tuple[int, int]]) -> bool:
+    """Whether a line of a quote has no ``>`` among the markers it begins with: a lazy continuation line,
+    which the two parsers tell from the start of a new block differently (markdown-it-py ends a quote at
+    ``-`` alone, an empty list item; markdown-it.rs reads it as paragraph text)."""
+    line_starts = [0]
+    line_starts.extend(match.end() for match in _LINE_BREAK_TEXT.finditer(source))
+    line_starts.append(len(source))
+    match_marker = _QUOTE_MARKER.match
+    for start_line, end_line in quotes:
+        for line in range(start_line, min(end_line, len(line_starts) - 1)):
+            if match_marker(source, line_starts[line], line_starts[line + 1]) is None:
+                return True
+    return False
+
+
 def nests_too_deep_to_parse(source: str) -> bool:
     """Whether a line of ``source`` begins with :data:`MAX_PREFIX_COLUMNS` or more columns of container
     markers and indentation."""
@@ -145,7 +187,7 @@ def block_records(source: str, max_container_level: int) -> list[BlockRecord] | 
     reference parser must parse it: text UTF-8 cannot encode, nesting past :data:`MAX_PREFIX_COLUMNS`, or a
     quote or list at token level ``max_container_level`` or deeper (markdown-it-py parses the content there
     with leaf rules only)."""
-    if nests_too_deep_to_parse(source) or has_tab_in_line_prefix(source):
+    if nests_too_deep_to_parse(source):
         return None
     try:
         tree = _parser().tree(source)
@@ -163,6 +205,8 @@ def block_records(source: str, max_container_level: int) -> list[BlockRecord] | 
     parents: list[int] = []
     # Of each quote and list item: the line markdown-it-py's parse of its content is bounded by.
     content_ends: dict[int, int] = {}
+    # (first line, line after the last) of each quote, as markdown-it.rs ends them.
+    quotes: list[tuple[int, int]] = []
     # The line after each quote, list and list item, as markdown-it.rs ends them.
     container_end_lines: set[int] = set()
     kinds = _BLOCK_NODE_KINDS
@@ -209,10 +253,15 @@ def block_records(source: str, max_container_level: int) -> list[BlockRecord] | 
             return None
         if name == "blockquote":
             bound = end_line
+            quotes.append((start_line, end_line))
         if name != "bullet_list" and name != "ordered_list":
             content_ends[position] = bound
         for child in reversed(node.children):
             push((child, level + 1, bound, position))
+    if has_tab_in_line_prefix(source) and _touches_tab_lines(records, tab_prefixed_lines(source)):
+        return None
+    if quotes and _has_lazy_line(source, quotes):
+        return None
     if content_ends:
         _end_containers_as_the_reference_does(records, parents, content_ends, block_start_lines, line_count)
     return [tuple(record) for record in records if record[0] is not _DEFINITION]  # type: ignore[misc]

@@ -89,9 +89,15 @@ def test_sample_corpus_same_structure_and_chunks(path):
 def test_commonmark_examples_same_structure(name):
     markdown = COMMONMARK_EXAMPLES[name]
     for text in (markdown, markdown.replace("\n", "\r\n"), markdown.replace("\n", "\r"), "# Doc\n\n" + markdown):
-        expected = REFERENCE_PARSER if has_tab_in_line_prefix(text) else FAST_PARSER
-        assert parse_markdown(text, FAST_PARSER).parser == expected
         assert_same_structure(text)
+
+
+def test_commonmark_examples_are_parsed_by_the_fast_parser_but_for_tabs_and_quotes():
+    """The fast parser parses the examples itself, except some with a tab in a line prefix or a quote
+    (a lazy continuation line, a table right after it), which it leaves to the reference."""
+    left = [name for name, markdown in COMMONMARK_EXAMPLES.items() if parse_markdown(markdown).parser != FAST_PARSER]
+    assert all(has_tab_in_line_prefix(COMMONMARK_EXAMPLES[name]) or ">" in COMMONMARK_EXAMPLES[name] for name in left)
+    assert len(left) <= len(COMMONMARK_EXAMPLES) // 20, left
 
 
 def test_commonmark_examples_joined_same_chunks():
@@ -116,16 +122,21 @@ def test_hostile_corpus_same_structure_and_chunks(name):
     assert_same_chunks(text, "headings-512")
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(markdown_documents())
 def test_generated_documents_same_structure(text):
     assert_same_structure(text)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.lists(
-        st.tuples(st.sampled_from(["", "  ", "    ", "> ", "- ", "  - ", "1. ", ">> ", "\t", " > "]), MARKDOWN_LINES),
+        st.tuples(
+            st.sampled_from(
+                ["", "  ", "    ", "> ", "- ", "  - ", "1. ", ">> ", "\t", " > ", "> - ", "- > ", ">", "-", "2) "]
+            ),
+            MARKDOWN_LINES,
+        ),
         min_size=1,
         max_size=30,
     ),
@@ -155,12 +166,35 @@ def test_a_table_right_after_a_quote_is_left_to_the_reference():
     assert parse_markdown("> quoted\n\n| a | b |\n| - | - |\n", FAST_PARSER).parser == FAST_PARSER
 
 
-@pytest.mark.parametrize("text", ["- item\n\tcontinued\n# Next\n", "\tcode\n", "> \tquoted code\n", "1.\titem\n"])
-def test_text_with_a_tab_in_a_line_prefix_is_left_to_the_reference(text):
+@pytest.mark.parametrize("line_break", ["\n", "\r\n", "\r"])
+@pytest.mark.parametrize(
+    "lines",
+    [["- # Heading one", "\tSetext", "# Heading one"], ["- item", "\tcontinued", "# Next"], ["> \tquoted code"]],
+)
+def test_a_block_in_a_container_on_a_tab_indented_line_is_left_to_the_reference(lines, line_break):
+    """markdown-it.rs counts a tab in a container's indentation as the columns it expands to in its byte
+    ranges: the paragraph after ``- # Heading one`` on ``\tSetext`` would end on the next line."""
+    text = line_break.join(lines) + line_break
     assert has_tab_in_line_prefix(text)
     assert parse_markdown(text, FAST_PARSER).parser == REFERENCE_PARSER
     assert_same_structure(text)
+
+
+@pytest.mark.parametrize("text", ["\tcode\n\tmore code\n\n# After\n", "# Go\n\n```go\nfunc f() {\n\treturn\n}\n```\n"])
+def test_tabs_outside_containers_stay_with_the_fast_parser(text):
+    assert has_tab_in_line_prefix(text)
+    assert parse_markdown(text, FAST_PARSER).parser == FAST_PARSER
+    assert_same_structure(text)
     assert not has_tab_in_line_prefix("a\tb\n- item\twith a tab inside\n")
+
+
+@pytest.mark.parametrize("lazy_line", ["-", "| a | b |\n| - | - |", "continued text"])
+def test_a_quote_with_a_lazy_continuation_line_is_left_to_the_reference(lazy_line):
+    text = f"> quoted text\n{lazy_line}\n\n# After\n"
+    assert parse_markdown(text, FAST_PARSER).parser == REFERENCE_PARSER
+    assert_same_structure(text)
+    quoted = "".join(f"> {line}\n" for line in lazy_line.split("\n"))
+    assert parse_markdown(f"> quoted text\n{quoted}\n# After\n", FAST_PARSER).parser == FAST_PARSER
 
 
 def test_text_with_lone_surrogates_is_left_to_the_reference():
