@@ -13,21 +13,27 @@ trees differ in shape, the records are made to agree:
   directly); markdown-it-py keeps them as hidden paragraph tokens, so they are paragraph records here too.
 * Link reference definitions are nodes in markdown-it.rs and no token in markdown-it-py: no record.
 * A heading's inline source is the text of its inline node, which is the string markdown-it-py gives its
-  inline token.
+  inline token (NUL read as U+FFFD, as markdown-it-py reads it).
+* Quotes, list items and lists end where markdown-it-py's block parser stopped in their content, which can
+  be past blank lines markdown-it.rs leaves out; unclosed fences and HTML blocks that run to the end of
+  their container keep their trailing blank lines (:func:`_end_containers_as_the_reference_does`).
 
-Four inputs are left to the reference parser (:func:`block_records` returns ``None``): text that UTF-8
-cannot encode (lone surrogates); a block inside a container that starts or ends on a line with a tab in its
-indentation or container markers (markdown-it.rs counts the tab as the columns it expands to in the byte
-ranges it gives there, which can then miss their lines); a table right after a quote or list, or a quote with a lazy continuation line,
-where the two parsers disagree on what continues the paragraph in the container (markdown-it-py reads a
-table's header row as a continuation line and a lone ``-`` as an empty list item, markdown-it.rs the other
-way round); and
-containers nested so deep that markdown-it-py's depth limit
-(``MAX_CONTAINER_DEPTH`` in :mod:`chunkline.structure`) changes how their content is parsed. markdown-it.rs
-parses nesting with recursion and no limit (10,000 nested lists overflow the stack and end the process),
-so nesting is bounded from the text before it is parsed: a container needs at least one column of each
-line it holds a block on, so a text whose lines all begin with fewer than :data:`MAX_PREFIX_COLUMNS`
-columns of container markers and indentation cannot nest deeper than that.
+Some inputs are left to the reference parser (:func:`block_records` returns ``None``), every one of them
+tested in tests/test_parser_differential.py:
+
+* text that UTF-8 cannot encode (lone surrogates);
+* a block inside a container that starts or ends on a line with a tab in its indentation or container
+  markers: markdown-it.rs counts the tab as the columns it expands to in the byte ranges it gives there,
+  which can then miss their lines;
+* a table right after a quote or list, or a quote with a lazy continuation line: the two parsers disagree
+  on what continues the paragraph in the container (markdown-it-py reads a table's header row as a
+  continuation line and a lone ``-`` as an empty list item, markdown-it.rs the other way round);
+* containers nested so deep that markdown-it-py's depth limit (``MAX_CONTAINER_DEPTH`` in
+  :mod:`chunkline.structure`) changes how their content is parsed. markdown-it.rs parses nesting with
+  recursion and no limit (10,000 nested lists overflow the stack and end the process), so nesting is
+  bounded from the text before it is parsed: a container needs at least one column of each line it holds
+  a block on, so a text whose lines all begin with fewer than :data:`MAX_PREFIX_COLUMNS` columns of
+  container markers and indentation cannot nest deeper than that.
 """
 
 from __future__ import annotations
@@ -87,6 +93,7 @@ _DEFINITION = "definition"
 # opening line) by kind.
 _RAW_BLOCKS = {"fence": 1, "html_block": 0}
 _LINE_BREAK_TEXT = re.compile(r"\r\n?|\n")
+_plus_one = (1).__add__
 
 
 @functools.lru_cache(maxsize=1)
@@ -138,13 +145,12 @@ def _touches_tab_lines(records: list[list[Any]], tab_lines: set[int]) -> bool:
     return False
 
 
-def _has_lazy_line(source: str, quotes: list[tuple[int, int]]) -> bool:
+def _has_lazy_line(source: str, quotes: list[tuple[int, int]], byte_line_starts: list[int]) -> bool:
     """Whether a line of a quote has no ``>`` among the markers it begins with: a lazy continuation line,
     which the two parsers tell from the start of a new block differently (markdown-it-py ends a quote at
     ``-`` alone, an empty list item; markdown-it.rs reads it as paragraph text)."""
-    line_starts = [0]
-    line_starts.extend(match.end() for match in _LINE_BREAK_TEXT.finditer(source))
-    line_starts.append(len(source))
+    line_starts = byte_line_starts if source.isascii() else _line_starts(source)
+    line_starts = [*line_starts, len(source)]
     match_marker = _QUOTE_MARKER.match
     for start_line, end_line in quotes:
         for line in range(start_line, min(end_line, len(line_starts) - 1)):
@@ -168,18 +174,25 @@ def _line_count(content: str) -> int:
     return breaks + (1 if content and not content.endswith(("\n", "\r")) else 0)
 
 
-def _byte_line_starts(source: str) -> list[int]:
-    """Byte offset of the start of each line of ``source`` encoded as UTF-8 (line breaks as markdown's)."""
-    encoded = source if source.isascii() else source.encode("utf-8")
-    if "\r" in source:
-        breaks = _LINE_BREAK_BYTES if isinstance(encoded, bytes) else re.compile(r"\r\n?|\n")
-        starts = [0]
-        starts.extend([match.end() for match in breaks.finditer(encoded)])  # type: ignore[arg-type]
-        return starts
-    separator = b"\n" if isinstance(encoded, bytes) else "\n"
-    starts = list(accumulate([len(line) + 1 for line in encoded.split(separator)], initial=0))  # type: ignore[arg-type]
+def _line_starts(text: str | bytes) -> list[int]:
+    """Offset of the start of each line of ``text`` (line breaks as markdown's: CR LF, CR, LF)."""
+    if isinstance(text, bytes):
+        if b"\r" in text:
+            return [0, *(match.end() for match in _LINE_BREAK_BYTES.finditer(text))]
+        lines = text.split(b"\n")
+    else:
+        if "\r" in text:
+            return [0, *(match.end() for match in _LINE_BREAK_TEXT.finditer(text))]
+        lines = text.split("\n")
+    # Computed in C: a line starts one past the end of the one before it.
+    starts = list(accumulate(map(_plus_one, map(len, lines)), initial=0))
     del starts[-1]
     return starts
+
+
+def _byte_line_starts(source: str) -> list[int]:
+    """Byte offset of the start of each line of ``source`` encoded as UTF-8."""
+    return _line_starts(source if source.isascii() else source.encode("utf-8"))
 
 
 def block_records(source: str, max_container_level: int) -> list[BlockRecord] | None:
@@ -260,7 +273,7 @@ def block_records(source: str, max_container_level: int) -> list[BlockRecord] | 
             push((child, level + 1, bound, position))
     if has_tab_in_line_prefix(source) and _touches_tab_lines(records, tab_prefixed_lines(source)):
         return None
-    if quotes and _has_lazy_line(source, quotes):
+    if quotes and _has_lazy_line(source, quotes, line_starts):
         return None
     if content_ends:
         _end_containers_as_the_reference_does(records, parents, content_ends, block_start_lines, line_count)
