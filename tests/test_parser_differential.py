@@ -10,6 +10,8 @@ exact character ranges), headings, sections, front matter, table ranges and titl
 from __future__ import annotations
 
 import gc
+import importlib.util
+import sys
 import threading
 from pathlib import Path
 
@@ -316,3 +318,30 @@ def test_the_collector_comes_back_when_the_last_of_overlapping_parses_ends():
     for thread in threads:
         thread.join(10)
     assert states == {"after the first ended": False, "after both ended": True}
+
+
+def test_the_fast_parser_parses_in_other_threads():
+    """Beam runners chunk in worker threads: the one markdown-it-pyrs parser is shared by all of them."""
+    text = (SAMPLE_CORPUS / "README.md").read_text(encoding="utf-8")
+    expected = structure_of(text, FAST_PARSER)
+    found: list[tuple] = []
+    threads = [threading.Thread(target=lambda: found.append(structure_of(text, FAST_PARSER))) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert found == [expected] * 4
+
+
+def test_the_benchmark_comparison_finds_the_sample_corpus_identical():
+    spec = importlib.util.spec_from_file_location(
+        "bench_chunking", SAMPLE_CORPUS.parent / "benchmarks" / "bench_chunking.py"
+    )
+    bench_chunking = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = bench_chunking  # its dataclasses look their module up
+    spec.loader.exec_module(bench_chunking)
+    corpus = bench_chunking.load_corpus([SAMPLE_CORPUS])
+    comparison = bench_chunking.compare_parsers(corpus.documents, ChunkConfig(max_tokens=64, overlap_tokens=8))
+    assert comparison.files == len(corpus.documents) > 0
+    assert comparison.identical == comparison.files and comparison.differing == []
+    assert "identical" in comparison.summary()
