@@ -67,7 +67,9 @@ _LONG_PREFIX = re.compile(f"[\\r\\n]{_LONG_PREFIX_RUN}")
 _LONG_PREFIX_AT_START = re.compile(_LONG_PREFIX_RUN)
 _TAB_IN_PREFIX = re.compile(f"[\\r\\n][{_PREFIX_CHARACTERS}]*\\t")
 _TAB_IN_PREFIX_AT_START = re.compile(f"[{_PREFIX_CHARACTERS}]*\\t")
-_QUOTE_MARKER = re.compile(f"[{_PREFIX_CHARACTERS}]*>")
+# The indentation and quote markers a line begins with.
+_QUOTE_PREFIX = re.compile("[ \t>]*")
+_QUOTE_PREFIX_BYTES = re.compile(b"[ \t>]*")
 _LINE_BREAK_BYTES = re.compile(rb"\r\n?|\n")
 
 _BLOCK_NODE_KINDS = {
@@ -93,6 +95,11 @@ _DEFINITION = "definition"
 # opening line) by kind.
 _RAW_BLOCKS = {"fence": 1, "html_block": 0}
 _LINE_BREAK_TEXT = re.compile(r"\r\n?|\n")
+# What a line can begin with to start a block other than a paragraph: a list item, a heading, a quote, a
+# fence, HTML, a thematic break.
+_BLOCK_START = re.compile(
+    r"[-*+](?:[ \t]|$)|\d{1,9}[.)](?:[ \t]|$)|#{1,6}(?:[ \t]|$)|>|`{3}|~{3}|<|([-_*])(?:[ \t]*\1){2}"
+)
 _plus_one = (1).__add__
 
 
@@ -145,17 +152,40 @@ def _touches_tab_lines(records: list[list[Any]], tab_lines: set[int]) -> bool:
     return False
 
 
-def _has_lazy_line(source: str, quotes: list[tuple[int, int]], byte_line_starts: list[int]) -> bool:
-    """Whether a line of a quote has no ``>`` among the markers it begins with: a lazy continuation line,
-    which the two parsers tell from the start of a new block differently (markdown-it-py ends a quote at
-    ``-`` alone, an empty list item; markdown-it.rs reads it as paragraph text)."""
-    line_starts = byte_line_starts if source.isascii() else _line_starts(source)
-    line_starts = [*line_starts, len(source)]
-    match_marker = _QUOTE_MARKER.match
-    for start_line, end_line in quotes:
-        for line in range(start_line, min(end_line, len(line_starts) - 1)):
-            if match_marker(source, line_starts[line], line_starts[line + 1]) is None:
+def _has_lazy_line(source: str, quotes: list[tuple[int, int, int]], byte_line_starts: list[int]) -> bool:
+    """Whether a quote has a lazy continuation line: a line after its first without as many ``>`` markers
+    before anything but indentation as the first line has up to the quote's own (``> - > a`` then
+    ``>   > b`` goes on with the inner quote, ``> b`` would be lazy). The two parsers tell such a line from
+    the start of a new block differently (markdown-it-py ends a quote at ``-`` alone, an empty list item;
+    markdown-it.rs reads it as paragraph text). ``quotes`` holds each quote's first line, the line after
+    its last and the byte offset of its marker."""
+    encoded: str | bytes = source if source.isascii() else source.encode("utf-8")
+    marker, prefix = (">", _QUOTE_PREFIX) if isinstance(encoded, str) else (b">", _QUOTE_PREFIX_BYTES)
+    line_starts = [*byte_line_starts, len(encoded)]
+    last_line = len(line_starts) - 1
+    for start_line, end_line, marker_byte in quotes:
+        markers = encoded.count(marker, line_starts[start_line], marker_byte + 1)  # type: ignore[arg-type]
+        for line in range(start_line + 1, min(end_line, last_line)):
+            found = prefix.match(encoded, line_starts[line], line_starts[line + 1])  # type: ignore[arg-type]
+            if found.group().count(marker) < markers:  # type: ignore[arg-type,union-attr]
                 return True
+    return False
+
+
+def _has_ambiguous_row(encoded: str | bytes, line_starts: list[int], first_line: int, end_line: int) -> bool:
+    """Whether a body row of a table could end it in markdown-it-py and not in markdown-it.rs: a row of only
+    Unicode whitespace (U+2028, U+0085, no-break space...: markdown-it-py strips rows with ``str.strip``,
+    markdown-it.rs spaces and tabs only), or one that begins with what could start another block (a list
+    marker, a quote, a heading, a fence, HTML, indented code), where the two disagree on what interrupts a
+    table (markdown-it-py ends it at ``-`` alone, an empty list item)."""
+    line_ends = [*line_starts[first_line + 1 : end_line + 1], len(encoded)]
+    for line, line_end in zip(range(first_line, end_line), line_ends):
+        row = encoded[line_starts[line] : line_end]
+        if isinstance(row, bytes):
+            row = row.decode("utf-8")
+        content = row.lstrip(" \t>").rstrip("\r\n")
+        if not content.strip() or _BLOCK_START.match(content) or row.replace(">", " ").startswith("    "):
+            return True
     return False
 
 
@@ -190,11 +220,6 @@ def _line_starts(text: str | bytes) -> list[int]:
     return starts
 
 
-def _byte_line_starts(source: str) -> list[int]:
-    """Byte offset of the start of each line of ``source`` encoded as UTF-8."""
-    return _line_starts(source if source.isascii() else source.encode("utf-8"))
-
-
 def block_records(source: str, max_container_level: int) -> list[BlockRecord] | None:
     """The block records of ``source`` in document order (parents before children), or ``None`` when the
     reference parser must parse it: text UTF-8 cannot encode, nesting past :data:`MAX_PREFIX_COLUMNS`, or a
@@ -206,7 +231,9 @@ def block_records(source: str, max_container_level: int) -> list[BlockRecord] | 
         tree = _parser().tree(source)
     except UnicodeEncodeError:
         return None
-    line_starts = _byte_line_starts(source)
+    encoded: str | bytes = source if source.isascii() else source.encode("utf-8")
+    line_starts = _line_starts(encoded)
+    pipe = "|" if isinstance(encoded, str) else b"|"
     # markdown-it's line count: a line break at the very end starts no line.
     line_count = len(line_starts) - (1 if len(line_starts) > 1 and source.endswith(("\n", "\r")) else 0)
     records: list[list[Any]] = []
@@ -218,8 +245,8 @@ def block_records(source: str, max_container_level: int) -> list[BlockRecord] | 
     parents: list[int] = []
     # Of each quote and list item: the line markdown-it-py's parse of its content is bounded by.
     content_ends: dict[int, int] = {}
-    # (first line, line after the last) of each quote, as markdown-it.rs ends them.
-    quotes: list[tuple[int, int]] = []
+    # (first line, line after the last, byte offset of the marker) of each quote, as markdown-it.rs has them.
+    quotes: list[tuple[int, int, int]] = []
     # The line after each quote, list and list item, as markdown-it.rs ends them.
     container_end_lines: set[int] = set()
     kinds = _BLOCK_NODE_KINDS
@@ -248,15 +275,24 @@ def block_records(source: str, max_container_level: int) -> list[BlockRecord] | 
             heading_source = children[0].meta["content"] if children else ""
             if "\x00" in heading_source:  # markdown-it-py reads NUL as U+FFFD, as CommonMark says
                 heading_source = heading_source.replace("\x00", "\ufffd")
+            if name == "lheading" and "|" in heading_source and node.meta.get("marker") == "-":
+                # markdown-it-py tries tables before setext headings: ``a|`` over ``--`` is a table there.
+                return None
             append([kind, start_line, end_line, level, node.meta["level"], heading_source])
             continue
         if name in _RAW_BLOCKS:
             # An unclosed fence, or an HTML block that runs to the end of its container, holds the blank lines
             # at its end in markdown-it-py; markdown-it.rs keeps them in the content but not in the range.
             end_line = max(end_line, start_line + _RAW_BLOCKS[name] + _line_count(node.meta["content"]))
-        elif name == "table" and start_line in container_end_lines:
+        elif name == "table" and (
+            start_line in container_end_lines
+            or pipe not in encoded[line_starts[start_line] : line_starts[start_line + 1]]  # type: ignore[operator]
+        ):
             # Right after a quote or list, the header row would be a lazy continuation line of the paragraph
-            # inside it to markdown-it-py, where markdown-it.rs starts a table: the reference decides.
+            # inside it to markdown-it-py, where markdown-it.rs starts a table; and markdown-it-py wants a
+            # pipe in the header row, markdown-it.rs only in the delimiter row: the reference decides.
+            return None
+        elif name == "table" and _has_ambiguous_row(encoded, line_starts, start_line + 2, end_line):
             return None
         append([kind, start_line, end_line, level, 0, ""])
         if name not in containers:
@@ -266,7 +302,7 @@ def block_records(source: str, max_container_level: int) -> list[BlockRecord] | 
             return None
         if name == "blockquote":
             bound = end_line
-            quotes.append((start_line, end_line))
+            quotes.append((start_line, end_line, start_byte))
         if name != "bullet_list" and name != "ordered_list":
             content_ends[position] = bound
         for child in reversed(node.children):

@@ -99,7 +99,7 @@ def test_commonmark_examples_are_parsed_by_the_fast_parser_but_for_tabs_and_quot
     (a lazy continuation line, a table right after it), which it leaves to the reference."""
     left = [name for name, markdown in COMMONMARK_EXAMPLES.items() if parse_markdown(markdown).parser != FAST_PARSER]
     assert all(has_tab_in_line_prefix(COMMONMARK_EXAMPLES[name]) or ">" in COMMONMARK_EXAMPLES[name] for name in left)
-    assert len(left) <= len(COMMONMARK_EXAMPLES) // 20, left
+    assert len(left) <= len(COMMONMARK_EXAMPLES) // 15, left
 
 
 def test_commonmark_examples_joined_same_chunks():
@@ -188,6 +188,58 @@ def test_tabs_outside_containers_stay_with_the_fast_parser(text):
     assert parse_markdown(text, FAST_PARSER).parser == FAST_PARSER
     assert_same_structure(text)
     assert not has_tab_in_line_prefix("a\tb\n- item\twith a tab inside\n")
+
+
+def test_a_setext_heading_that_could_be_a_table_is_left_to_the_reference():
+    """markdown-it-py tries tables before setext headings: ``a|`` over ``--`` is a one-column table there, a
+    heading in markdown-it.rs."""
+    text = "# Notes\n\na|\n--\n\nSetext heading\n--\n"
+    assert parse_markdown(text, FAST_PARSER).parser == REFERENCE_PARSER
+    assert_same_structure(text)
+    assert parse_markdown("# Notes\n\nSetext heading\n--\n", FAST_PARSER).parser == FAST_PARSER
+
+
+@pytest.mark.parametrize("row", ["-", "\u2028", "\xa0"])
+def test_a_table_with_a_row_that_could_end_it_is_left_to_the_reference(row):
+    """The parsers disagree on which lines end a table: markdown-it-py strips rows with ``str.strip`` and
+    ends a table at an empty list item, markdown-it.rs keeps both as rows."""
+    text = f"| a | b |\n| - | - |\n| 1 | 2 |\n{row}\n"
+    assert parse_markdown(text, FAST_PARSER).parser == REFERENCE_PARSER
+    assert_same_structure(text)
+
+
+@pytest.mark.parametrize("row", ["> quote", "1. item", "## heading", "```", "- item"])
+def test_a_table_ends_at_a_block_in_both_parsers(row):
+    text = f"| a | b |\n| - | - |\n| 1 | 2 |\n{row}\n"
+    assert parse_markdown(text, FAST_PARSER).parser == FAST_PARSER
+    assert_same_structure(text)
+    assert parse_markdown("| a | b |\n| - | - |\n| 1 | 2 |\nrow | 3\n", FAST_PARSER).parser == FAST_PARSER
+
+
+def test_a_table_without_a_pipe_in_its_header_row_is_left_to_the_reference():
+    """markdown-it.rs makes ``a`` over ``-|`` a one-column table; markdown-it-py wants a pipe in the header."""
+    text = "# Notes\n\na\n-|\n"
+    assert parse_markdown(text, FAST_PARSER).parser == REFERENCE_PARSER
+    assert [block.kind for block in parse_markdown(text, FAST_PARSER).blocks] == ["heading", "paragraph"]
+    assert_same_structure(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "parser"),
+    [
+        (">> Setext\n> - \n", REFERENCE_PARSER),  # lazy for the inner quote
+        ("> - > a\n> b\n", REFERENCE_PARSER),
+        ("> quoted # text\n2) > quoted # text\n", REFERENCE_PARSER),
+        ("> - > a\n>   > b\n", FAST_PARSER),
+        (" > a\n  > b\n", FAST_PARSER),
+        (">> a\n>> b\n", FAST_PARSER),
+    ],
+)
+def test_nested_quote_lines_count_their_markers(text, parser):
+    """A line of a quote needs as many ``>`` before anything but indentation as the quote's first line has
+    up to its own marker; one with fewer is a lazy line, and the reference decides."""
+    assert parse_markdown(text, FAST_PARSER).parser == parser
+    assert_same_structure(text)
 
 
 @pytest.mark.parametrize("lazy_line", ["-", "| a | b |\n| - | - |", "continued text"])
