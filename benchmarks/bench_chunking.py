@@ -5,25 +5,32 @@ Usage::
     python benchmarks/bench_chunking.py [FOLDER ...] [--max-tokens 512] [--overlap-tokens 50]
                                         [--min-tokens N] [--runs 5]
                                         [--strategies NAME,... | --no-strategies]
-                                        [--json out.json]
+                                        [--json out.json] [--compare-parsers]
 
 FOLDER defaults to ``../shared/corpus`` beside the repository (the benchmark corpus, present on development
 and CI machines only). Every ``*.md`` / ``*.markdown`` file under the folders is read once, decoded as
 UTF-8 (line breaks untouched), and held in memory, so no system pays for file I/O.
 
-Speed. Three systems each chunk the whole corpus, ``--runs`` times:
+Speed. These systems each chunk (or parse) the whole corpus, ``--runs`` times:
 
 ``chunkline``
     ``chunkline.chunk_markdown(text, ChunkConfig(max_tokens, overlap_tokens), doc_id=...)``: the full
-    engine, chunk records (positions, ids, hashes) included.
+    engine, chunk records (positions, ids, hashes) included, with the default parser (markdown-it-pyrs).
+``chunkline (markdown-it-py)``
+    The same with ``parser="markdown-it-py"``, the reference parser.
 ``floor``
     One block-level markdown-it-py parse (the ``inline`` core rule disabled) plus one tiktoken
     ``encode_ordinary`` pass over each document: the least a chunker that follows CommonMark structure and
-    counts tokens exactly must do. chunkline's speed is read against it.
+    counts tokens exactly must do with that parser. chunkline's speed is read against it.
+``floor (markdown-it-pyrs)``
+    The same with one markdown-it-pyrs block parse (chunkline's configuration of it) instead.
 ``semantic-text-splitter``
     ``MarkdownSplitter.from_tiktoken_model("gpt-3.5-turbo", max_tokens, overlap, trim=False)`` and
     ``chunk_indices(text)``: a Rust markdown splitter with the same tokenizer (cl100k_base). Optional:
     skipped when the ``bench`` extra is not installed.
+
+Parsers. Untimed, every file is chunked with both parsers and the chunks compared (they must be equal);
+``--compare-parsers`` does only that, exits 1 if any file's chunks differ, and times nothing.
 
 The systems run side by side in one process, and the order is rotated each round, so that warm-up, CPU
 frequency and background noise are spread over all of them instead of favouring whichever runs first or
@@ -91,7 +98,7 @@ import sys
 import time
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from itertools import accumulate
 from pathlib import Path
 from typing import Any, cast
@@ -110,11 +117,14 @@ from chunkline import (
     parse_markdown,
     reconstruct,
 )
-from chunkline.structure import Block
+from chunkline.pyrs_blocks import _parser as fast_block_parser
+from chunkline.structure import DEFAULT_PARSER, FAST_PARSER, REFERENCE_PARSER, Block
 from chunkline.tokenizers import load_encoding
 
 CHUNKLINE = "chunkline"
+CHUNKLINE_REFERENCE = f"chunkline ({REFERENCE_PARSER})"
 FLOOR = "floor"
+FLOOR_FAST = f"floor ({FAST_PARSER})"
 SEMANTIC = "semantic-text-splitter"
 
 MARKDOWN_SUFFIXES = (".md", ".markdown")
@@ -235,6 +245,18 @@ def floor_system(encoding: tiktoken.Encoding) -> System:
         return parse(document.text), encode(document.text)
 
     return System(FLOOR, run, None)
+
+
+def fast_floor_system(encoding: tiktoken.Encoding) -> System:
+    """The floor with the fast parser: one markdown-it-pyrs block parse (the configuration chunkline uses,
+    no inline rules) plus one tiktoken pass."""
+    tree = fast_block_parser().tree
+    encode = encoding.encode_ordinary
+
+    def run(document: Document) -> object:
+        return tree(document.text), encode(document.text)
+
+    return System(FLOOR_FAST, run, None)
 
 
 def semantic_system(max_tokens: int, overlap_tokens: int) -> System | None:
@@ -794,7 +816,7 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> str:
 
 def versions() -> dict[str, str]:
     found = {"python": platform.python_version()}
-    for package in ("chunkline", "tiktoken", "markdown-it-py", "semantic-text-splitter"):
+    for package in ("chunkline", "tiktoken", "markdown-it-py", "markdown-it-pyrs", "semantic-text-splitter"):
         try:
             found[package] = importlib.metadata.version(package)
         except importlib.metadata.PackageNotFoundError:
@@ -819,13 +841,19 @@ def corpus_summary(corpus: Corpus, args: argparse.Namespace, found_versions: dic
 
 def ratio_lines(results: dict[str, SystemResult]) -> list[str]:
     lines = []
-    for other, meaning in ((FLOOR, "block parse + one tiktoken pass"), (SEMANTIC, "Rust markdown splitter")):
-        value = ratio(results, CHUNKLINE, other)
-        if value is not None:
-            lines.append(
-                f"chunkline / {other}: {value:.2f}x the throughput ({meaning}; "
-                f"chunkline takes {1 / value:.2f}x its time)"
-            )
+    others = (
+        (FLOOR, f"{REFERENCE_PARSER} block parse + one tiktoken pass"),
+        (FLOOR_FAST, f"{FAST_PARSER} block parse + one tiktoken pass"),
+        (SEMANTIC, "Rust markdown splitter"),
+    )
+    for engine in (CHUNKLINE, CHUNKLINE_REFERENCE):
+        for other, meaning in others:
+            value = ratio(results, engine, other)
+            if value is not None:
+                lines.append(
+                    f"{engine} / {other}: {value:.2f}x the throughput ({meaning}; "
+                    f"{engine} takes {1 / value:.2f}x its time)"
+                )
     return lines
 
 
@@ -1083,6 +1111,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--runs", type=int, default=5, help="timed passes per system (default: 5)")
     parser.add_argument("--json", type=Path, metavar="OUT", help="also write every figure to this JSON file")
+    parser.add_argument(
+        "--compare-parsers",
+        action="store_true",
+        help=f"only check that {DEFAULT_PARSER} (the default) and {REFERENCE_PARSER} give the same chunks for "
+        "every file (exit status 1 if any differ); nothing is timed",
+    )
     which = parser.add_mutually_exclusive_group()
     which.add_argument(
         "--strategies",
@@ -1129,8 +1163,14 @@ def comma_separated(value: str) -> list[str]:
 
 
 def build_systems(args: argparse.Namespace, encoding: tiktoken.Encoding) -> list[System]:
-    config = ChunkConfig(max_tokens=args.max_tokens, overlap_tokens=args.overlap_tokens, min_tokens=args.min_tokens)
-    systems = [chunkline_system(config), floor_system(encoding)]
+    config = bench_config(args)
+    reference_config = replace(config, parser=REFERENCE_PARSER)
+    systems = [
+        chunkline_system(config),
+        chunkline_system(reference_config, CHUNKLINE_REFERENCE),
+        floor_system(encoding),
+        fast_floor_system(encoding),
+    ]
     semantic = semantic_system(args.max_tokens, args.overlap_tokens)
     if semantic is None:
         print(
@@ -1143,12 +1183,60 @@ def build_systems(args: argparse.Namespace, encoding: tiktoken.Encoding) -> list
     return systems
 
 
+def bench_config(args: argparse.Namespace) -> ChunkConfig:
+    """chunkline's config for the main section (the default parser)."""
+    return ChunkConfig(max_tokens=args.max_tokens, overlap_tokens=args.overlap_tokens, min_tokens=args.min_tokens)
+
+
+@dataclass(frozen=True)
+class ParserComparison:
+    """Whether the default parser and the reference give the same chunks, file by file."""
+
+    files: int
+    identical: int
+    left_to_reference: int
+    """Files the fast parser leaves to the reference (see chunkline.pyrs_blocks), so identical by construction."""
+    differing: list[str]
+
+    def summary(self) -> str:
+        verdict = (
+            "identical"
+            if not self.differing
+            else f"DIFFERENT in {len(self.differing)}: " + ", ".join(self.differing[:MAX_EXAMPLES])
+        )
+        return (
+            f"chunks with parser {DEFAULT_PARSER} (default) vs {REFERENCE_PARSER} (reference): {verdict}; "
+            f"{self.identical} of {self.files} files identical ({self.left_to_reference} of them parsed by the "
+            f"reference because the fast parser leaves their input to it)"
+        )
+
+
+def compare_parsers(documents: Sequence[Document], config: ChunkConfig) -> ParserComparison:
+    """Chunk every document with the default parser and with the reference; the chunks must be equal."""
+    reference_config = replace(config, parser=REFERENCE_PARSER)
+    identical = left = 0
+    differing: list[str] = []
+    for document in documents:
+        fast = chunkline.chunk_markdown(document.text, config, doc_id=document.doc_id)
+        reference = chunkline.chunk_markdown(document.text, reference_config, doc_id=document.doc_id)
+        if fast == reference:
+            identical += 1
+        else:
+            differing.append(document.doc_id)
+        left += parse_markdown(document.text, config.parser).parser != config.parser
+    return ParserComparison(len(documents), identical, left, differing)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     corpus = load_corpus(args.folders)
     if not corpus.documents:
         raise SystemExit(f"error: no *.md or *.markdown files under {', '.join(map(str, args.folders))}")
     documents = corpus.documents
+    if args.compare_parsers:
+        comparison = compare_parsers(documents, bench_config(args))
+        print(comparison.summary())
+        return 1 if comparison.differing else 0
     encoding = load_encoding(ENCODING_NAME)
     systems = build_systems(args, encoding)
 
@@ -1181,6 +1269,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     problems = problem_lines(CHUNKLINE, results[CHUNKLINE].quality)
     if problems:
         output += ["", *problems]
+    print("comparing the parsers' chunks (untimed)...", file=sys.stderr, flush=True)
+    comparison = compare_parsers(documents, bench_config(args))
+    output += ["", comparison.summary()]
     output += ["", "Markdown:", "", markdown_table(header, rows)]
     print("\n".join(output), flush=True)
 
@@ -1217,9 +1308,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "tokenizer": ENCODING_NAME,
             },
             "versions": found_versions,
+            "parser_comparison": asdict(comparison),
             "systems": {name: result.to_json() for name, result in results.items()},
             "ratios": {
                 "chunkline_over_floor": ratio(results, CHUNKLINE, FLOOR),
+                "chunkline_over_fast_parser_floor": ratio(results, CHUNKLINE, FLOOR_FAST),
+                "reference_parser_chunkline_over_floor": ratio(results, CHUNKLINE_REFERENCE, FLOOR),
+                "reference_parser_chunkline_over_fast_parser_floor": ratio(results, CHUNKLINE_REFERENCE, FLOOR_FAST),
                 "chunkline_over_semantic_text_splitter": ratio(results, CHUNKLINE, SEMANTIC),
             },
             "semantic_text_splitter_offsets": (

@@ -37,6 +37,7 @@ from chunkline.settings import (
     parse_assignments,
     read_yaml_mapping,
 )
+from chunkline.structure import DEFAULT_PARSER, PARSERS
 
 __all__ = ["ChunkConfig", "ConfigError", "load_chunk_config", "CHUNK_ENV_PREFIX"]
 
@@ -69,6 +70,7 @@ _COMMON_KEYS = (
     "count_special_tokens",
     "section_pattern",
     "embed_context",
+    "parser",
 )
 
 #: Settings that only a Hugging Face tokenizer reads (left out of a tiktoken config's fingerprint).
@@ -113,8 +115,14 @@ class ChunkConfig:
     header. The strategy chunks to ``max_tokens`` less what these take, so that ``embed_token_count`` stays
     within ``max_tokens`` too (see :mod:`chunkline.embed_text`). ``none`` adds nothing: ``embed_text`` is
     the text without front matter, and the strategy keeps the whole budget."""
+    parser: str = DEFAULT_PARSER
+    """The CommonMark parser that finds the blocks: ``markdown-it-pyrs`` (markdown-it.rs, the fast one) or
+    ``markdown-it-py`` (the reference). Both give the same blocks, so the same chunks
+    (tests/test_parser_differential.py holds them equal); the setting is not part of the fingerprint."""
 
     def __post_init__(self) -> None:
+        if self.parser not in PARSERS:
+            raise ConfigError(f"chunking.parser must be one of {', '.join(PARSERS)}, got {self.parser!r}")
         if (
             isinstance(self.max_tokens, bool)
             or not isinstance(self.max_tokens, int)
@@ -245,6 +253,7 @@ class ChunkConfig:
         """A stable JSON text of everything that decides the chunks (for caching and manifests)."""
         data = self.to_dict()
         data.pop("tokenizer_file")  # where the file lives does not change the tokens: its sha256 is checked
+        data.pop("parser")  # every parser gives the same blocks, so the same chunks
         if get_strategy(self.strategy).merges_fragments:
             data["min_tokens"] = self.effective_min_tokens  # the default and the same value set: same chunks
         else:
@@ -272,6 +281,7 @@ class _CommonSettings:
     count_special_tokens: bool = False
     section_pattern: str | None = None
     embed_context: str = ChunkConfig.embed_context
+    parser: str = ChunkConfig.parser
 
 
 def load_chunk_config(

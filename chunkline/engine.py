@@ -43,7 +43,7 @@ def chunk_markdown(
     """
     config = config or ChunkConfig()
     counter = counter_for(config)
-    return chunk_document(parse_markdown(text), config, counter, doc_id=doc_id, source_uri=source_uri)
+    return chunk_document(parse_markdown(text, config.parser), config, counter, doc_id=doc_id, source_uri=source_uri)
 
 
 def chunk_document(

@@ -1,10 +1,15 @@
 """Markdown structure from a CommonMark parse, with exact character ranges into the text the user gave.
 
-markdown-it-py (CommonMark plus GFM tables) finds the blocks. Its ``normalize`` rule rewrites ``\\r\\n``,
-``\\r`` and NUL before parsing, and its token ``map`` counts the normalized text's lines; both rewrites keep
-the number of lines, so a block's range is recovered exactly by looking its lines up in a
-:class:`~chunkline.text_index.TextIndex` of the original text. A block's range therefore spans whole lines,
-from the start of its first line to the start of the line after its last one (line break included).
+A CommonMark parser (plus GFM tables) finds the blocks: markdown-it-pyrs by default (:data:`FAST_PARSER`,
+through :mod:`chunkline.pyrs_blocks`), or markdown-it-py, the reference (:data:`REFERENCE_PARSER`), which
+also parses every input the fast one leaves to it. Either gives block records (kind, first line, line after
+the last, level, heading level and inline source) held equal by tests/test_parser_differential.py.
+markdown-it-py's ``normalize`` rule rewrites ``\\r\\n``, ``\\r`` and NUL before parsing, and its token
+``map`` counts the normalized text's lines; both rewrites keep the number of lines, so a block's range is
+recovered exactly by looking its lines up in a :class:`~chunkline.text_index.TextIndex` of the original text.
+A block's range therefore spans whole lines, from the start of its first line to the start of the line
+after its last one (line break included). Documents of :data:`COLLECTOR_PAUSE_MIN_CHARS` or more are parsed
+with the cyclic garbage collector paused.
 
 Front matter (YAML between ``---`` lines, TOML between ``+++`` lines, at the very start of the document,
 after an optional byte order mark) is recognized here, loaded safely into JSON-safe data with bounded work
@@ -23,10 +28,13 @@ CommonMark ends it instead of swallowing the rest of the document.
 from __future__ import annotations
 
 import functools
+import gc
 import re
 import sys
+import threading
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -38,16 +46,22 @@ from markdown_it.token import Token
 
 from chunkline.front_matter import FrontMatterError, NotAMapping, load_front_matter
 from chunkline.patterns import DEFAULT_TIMEOUT_SECONDS, compile_pattern, finditer_within
+from chunkline.pyrs_blocks import BlockRecord, block_records
 from chunkline.text_index import TextIndex
 
 __all__ = [
     "Block",
     "BlockKind",
+    "DEFAULT_PARSER",
+    "FAST_PARSER",
     "FrontMatter",
     "HeadingStack",
     "MAX_CONTAINER_DEPTH",
     "MarkdownDocument",
+    "PARSERS",
+    "REFERENCE_PARSER",
     "Section",
+    "cyclic_collector_paused",
     "parse_markdown",
     "PROTECTED_KINDS",
 ]
@@ -76,6 +90,15 @@ _CODE_KINDS = frozenset({"fence", "code_block"})
 PROTECTED_KINDS = frozenset(
     {BlockKind.FENCE, BlockKind.CODE_BLOCK, BlockKind.TABLE, BlockKind.LIST_ITEM, BlockKind.HTML_BLOCK}
 )
+
+#: The fast parser: markdown-it.rs through markdown-it-pyrs (:mod:`chunkline.pyrs_blocks`).
+FAST_PARSER = "markdown-it-pyrs"
+#: The reference parser: markdown-it-py, configured above. The fast parser's blocks are held equal to its
+#: blocks (tests/test_parser_differential.py), and it parses what the fast parser leaves to it.
+REFERENCE_PARSER = "markdown-it-py"
+#: The parsers ``chunking.parser`` can name.
+PARSERS = (FAST_PARSER, REFERENCE_PARSER)
+DEFAULT_PARSER = FAST_PARSER
 
 _BLOCK_TOKEN_KINDS = {
     "heading_open": BlockKind.HEADING,
@@ -143,8 +166,8 @@ class Section:
 class MarkdownDocument:
     """A parsed markdown document: its text, line index, headings, front matter, sections and blocks.
 
-    ``blocks`` is built from the parser's tokens on first use: strategies that only need headings never
-    pay for it.
+    ``blocks`` is built from the parser's block records on first use: strategies that only need headings
+    never pay for it.
     """
 
     __slots__ = (
@@ -153,8 +176,9 @@ class MarkdownDocument:
         "headings",
         "front_matter",
         "sections",
-        "_tokens",
-        "_block_tokens",
+        "parser",
+        "_records",
+        "_record_start_lines",
         "_blocks",
         "_blocks_of_ranges",
     )
@@ -165,7 +189,8 @@ class MarkdownDocument:
         index: TextIndex,
         headings: tuple[Block, ...],
         front_matter: FrontMatter | None,
-        tokens: list[Token],
+        records: list[BlockRecord],
+        parser: str = REFERENCE_PARSER,
     ):
         self.text = text
         self.index = index
@@ -174,8 +199,11 @@ class MarkdownDocument:
         self.front_matter = front_matter
         self.sections: tuple[Section, ...] = detect_sections(text, headings)
         """The preamble (if any) and one section per document-level heading."""
-        self._tokens = tokens
-        self._block_tokens: tuple[list[int], list[int]] | None = None
+        self.parser = parser
+        """The parser that found the blocks (one of :data:`PARSERS`; the reference parses what the fast
+        parser leaves to it)."""
+        self._records = records
+        self._record_start_lines: list[int] | None = None
         self._blocks: tuple[Block, ...] | None = None
         # The blocks of ranges asked for before (a section the engine looked into, then the strategy split).
         self._blocks_of_ranges: dict[tuple[int, int], list[Block]] = {}
@@ -191,7 +219,7 @@ class MarkdownDocument:
         """The blocks that lie inside ``[start_char, end_char)``, in document order (only those of ``kinds``
         when given).
 
-        Built from the parser's tokens for just that range, so a strategy that looks at a few long sections
+        Built from the parser's records for just that range, so a strategy that looks at a few long sections
         does not pay for the blocks of the whole document; kept for the next call for the same range."""
         if kinds is not None:
             return [block for block in self.blocks_within(start_char, end_char) if block.kind in kinds]
@@ -209,13 +237,9 @@ class MarkdownDocument:
                 if block.end_char <= end_char:
                     found.append(block)
             return found
-        if self._block_tokens is None:
-            kinds = _BLOCK_TOKEN_KINDS
-            positions = [
-                position for position, token in enumerate(self._tokens) if token.map is not None and token.type in kinds
-            ]
-            self._block_tokens = (positions, [self._tokens[position].map[0] for position in positions])
-        positions, start_lines = self._block_tokens
+        records = self._records
+        if self._record_start_lines is None:
+            self._record_start_lines = [record[1] for record in records]
         index = self.index
         first_line = index.line_of(start_char)
         blocks: list[Block] = []
@@ -225,12 +249,8 @@ class MarkdownDocument:
         line_starts = index.line_starts
         line_count = len(line_starts)
         text_length = len(self.text)
-        tokens = self._tokens
-        kinds = _BLOCK_TOKEN_KINDS
-        for slot in range(bisect_left(start_lines, first_line), len(positions)):
-            position = positions[slot]
-            token = tokens[position]
-            start_line, end_line = token.map
+        for slot in range(bisect_left(self._record_start_lines, first_line), len(records)):
+            kind, start_line, end_line, level, heading_level, heading_source = records[slot]
             block_start = line_starts[start_line] if start_line < line_count else text_length
             if block_start >= end_char:
                 break
@@ -239,20 +259,12 @@ class MarkdownDocument:
             block_end = line_starts[end_line] if end_line < line_count else text_length
             if block_end > end_char:
                 continue
-            kind = kinds[token.type]
-            if kind == BlockKind.HEADING:
+            if heading_level:
                 blocks.append(
-                    Block(
-                        kind,
-                        block_start,
-                        block_end,
-                        token.level,
-                        int(token.tag[1]),
-                        heading_plain_text(tokens[position + 1].content),
-                    )
+                    Block(kind, block_start, block_end, level, heading_level, heading_plain_text(heading_source))
                 )
             else:
-                blocks.append(Block(kind, block_start, block_end, token.level))
+                blocks.append(Block(kind, block_start, block_end, level))
         return blocks
 
     def table_ranges(self) -> list[tuple[int, int, int]]:
@@ -260,9 +272,9 @@ class MarkdownDocument:
         line, the start of the line after its delimiter row, and the start of the line after its last row."""
         line_start = self.index.line_start
         return [
-            (line_start(token.map[0]), line_start(token.map[0] + 2), line_start(token.map[1]))
-            for token in self._tokens
-            if token.type == "table_open" and token.map is not None
+            (line_start(record[1]), line_start(record[1] + 2), line_start(record[2]))
+            for record in self._records
+            if record[0] == BlockKind.TABLE
         ]
 
     @property
@@ -413,8 +425,80 @@ def _find_front_matter(text: str, index: TextIndex) -> tuple[str, int, int, int]
     return None
 
 
-def parse_markdown(text: str) -> MarkdownDocument:
-    """Parse ``text`` into a :class:`MarkdownDocument` with exact block ranges."""
+#: Documents of at least this many characters are parsed with the cyclic garbage collector paused
+#: (:func:`cyclic_collector_paused`). Measured with ``chunk_markdown``: 1.84x faster on 4 MB of list items and
+#: 1.53x on 4 MB of one-line headings with markdown-it-py, 1.20x on the headings with markdown-it-pyrs (whose
+#: parse allocates little); no difference to measure on documents of the benchmark corpus, most of them
+#: smaller than this.
+COLLECTOR_PAUSE_MIN_CHARS = 64 * 1024
+
+_collector_lock = threading.Lock()
+_collector_pauses = 0
+_collector_was_enabled = False
+
+
+@contextmanager
+def cyclic_collector_paused() -> Iterator[None]:
+    """Keep Python's cyclic garbage collector from running inside the block.
+
+    A parse allocates objects by the million and frees none of them until it ends, and none of them are in
+    a cycle; each full collection the allocations trigger scans every one allocated so far, which took 30-60%
+    of markdown-it-py's parse of a 1-4 MB document. The collector is restored when the last paused block in
+    any thread ends, normally or by an exception, and only if it was enabled when the first began (a
+    program that disables it keeps it disabled)."""
+    global _collector_pauses, _collector_was_enabled
+    with _collector_lock:
+        if _collector_pauses == 0:
+            _collector_was_enabled = gc.isenabled()
+            gc.disable()
+        _collector_pauses += 1
+    try:
+        yield
+    finally:
+        with _collector_lock:
+            _collector_pauses -= 1
+            if _collector_pauses == 0 and _collector_was_enabled:
+                gc.enable()
+
+
+def _records_from_tokens(tokens: list[Token]) -> list[BlockRecord]:
+    """The block records of markdown-it-py's tokens (see :data:`chunkline.pyrs_blocks.BlockRecord`)."""
+    kinds = _BLOCK_TOKEN_KINDS
+    records: list[BlockRecord] = []
+    append = records.append
+    for position, token in enumerate(tokens):
+        kind = kinds.get(token.type)
+        if kind is None or token.map is None:
+            continue
+        start_line, end_line = token.map
+        if kind == BlockKind.HEADING:
+            append((kind, start_line, end_line, token.level, int(token.tag[1]), tokens[position + 1].content))
+        else:
+            append((kind, start_line, end_line, token.level, 0, ""))
+    return records
+
+
+def _parse_blocks(source: str, parser: str) -> tuple[list[BlockRecord], str]:
+    """The block records of ``source`` and the parser that found them."""
+    if parser == FAST_PARSER:
+        records = block_records(source, MAX_CONTAINER_DEPTH)
+        if records is not None:
+            return records, FAST_PARSER
+    elif parser != REFERENCE_PARSER:
+        raise ValueError(f"unknown markdown parser {parser!r}; known: {', '.join(PARSERS)}")
+    return _records_from_tokens(_block_parser().parse(source)), REFERENCE_PARSER
+
+
+def parse_markdown(text: str, parser: str = DEFAULT_PARSER) -> MarkdownDocument:
+    """Parse ``text`` into a :class:`MarkdownDocument` with exact block ranges, with ``parser`` (one of
+    :data:`PARSERS`: the fast parser by default, or the reference parser it is held equal to)."""
+    if len(text) >= COLLECTOR_PAUSE_MIN_CHARS:
+        with cyclic_collector_paused():
+            return _parse_markdown(text, parser)
+    return _parse_markdown(text, parser)
+
+
+def _parse_markdown(text: str, parser: str) -> MarkdownDocument:
     index = TextIndex(text)
     front_matter = None
     parser_source = text
@@ -431,27 +515,27 @@ def parse_markdown(text: str) -> MarkdownDocument:
     if found is not None:
         end_char = index.line_start(lines_covered)
         front_matter = FrontMatter(format_name, 0, end_char, data, error)
-        # Blank lines keep markdown-it's line numbers aligned with the original text.
+        # Blank lines keep the parser's line numbers aligned with the original text.
         parser_source = "\n" * lines_covered + text[end_char:]
     elif text.startswith("\ufeff"):
         # A byte order mark is not part of the first line's markdown; dropping it keeps line numbers.
         parser_source = text[1:]
 
-    tokens = _block_parser().parse(parser_source)
+    records, used_parser = _parse_blocks(parser_source, parser)
     line_start = index.line_start
     headings = tuple(
         Block(
             BlockKind.HEADING,
-            line_start(token.map[0]),
-            line_start(token.map[1]),
+            line_start(start_line),
+            line_start(end_line),
             0,
-            int(token.tag[1]),
-            heading_plain_text(tokens[position + 1].content),
+            heading_level,
+            heading_plain_text(heading_source),
         )
-        for position, token in enumerate(tokens)
-        if token.type == "heading_open" and token.level == 0 and token.map is not None
+        for kind, start_line, end_line, level, heading_level, heading_source in records
+        if heading_level and level == 0
     )
-    return MarkdownDocument(text, index, headings, front_matter, tokens)
+    return MarkdownDocument(text, index, headings, front_matter, records, used_parser)
 
 
 def _block_start(block: Block) -> int:

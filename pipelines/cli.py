@@ -678,7 +678,7 @@ def _chunk_command(arguments: argparse.Namespace) -> int:
             failures += 1
             print(f"chunkline: {label}: {_describe_read_error(error)}", file=sys.stderr)
             continue
-        chunks = chunk_document(parse_markdown(text), config, counter, doc_id=doc_id, source_uri=label)
+        chunks = chunk_document(parse_markdown(text, config.parser), config, counter, doc_id=doc_id, source_uri=label)
         files_done += 1
         chunk_total += len(chunks)
         token_total += sum(chunk.token_count for chunk in chunks)

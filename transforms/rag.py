@@ -194,7 +194,7 @@ def chunk_element(
             + ("; decode the bytes first" if isinstance(text, bytes) else "")
         )
     try:
-        document = parse_markdown(text)
+        document = parse_markdown(text, config.parser)
         front_matter = document.front_matter
         if front_matter is not None and front_matter.error is not None:
             raise DocumentChunkingError(f"document {doc_id!r}: invalid front matter: {front_matter.error}")

@@ -121,7 +121,7 @@ class DocumentChunker(BundleStep):
                 ) from None
         document_row["encoding"] = encoding
         with _failures_as_problems("parse", "markdown could not be parsed"):
-            document = parse_markdown(text)
+            document = parse_markdown(text, self._config.parser)
         front_matter = document.front_matter
         if front_matter is not None and front_matter.error is not None:
             raise _Problem("parse", "InvalidFrontMatter", front_matter.error)
