@@ -448,7 +448,7 @@ def _run_command(arguments: argparse.Namespace) -> int:
     arguments.secrets = tuple(config.secrets())
     _check_before_running(config)
     try:
-        summary = run_pipeline(config, arguments.beam_args)
+        summary = run_pipeline(config, arguments.beam_args, fork_workers=_fork_workers)
     except PublishRefusedError as error:  # the run failed on purpose and published nothing
         print(f"chunkline: error: {error}", file=sys.stderr)
         return 1
@@ -795,6 +795,11 @@ def _strategies_command(arguments: argparse.Namespace) -> int:
     return 0
 
 
+_fork_workers = False
+"""True in the ``chunkline`` program (:func:`console_main`): its runs may fork their worker processes. A
+program that calls :func:`main` may hold threads of its own (gRPC's among them), so its runs never fork."""
+
+
 def console_main() -> None:
     """The ``chunkline`` program: :func:`main`, then an exit that skips the interpreter's teardown.
 
@@ -802,6 +807,8 @@ def console_main() -> None:
     interpreter's teardown ("terminate called without an active exception", apache/arrow#34314): a run
     that has published its dataset would then exit with status 134 instead of 0. Everything is flushed and
     the process exits with :func:`main`'s status without that teardown."""
+    global _fork_workers
+    _fork_workers = True
     try:
         status = main()
     except SystemExit as exit_request:  # argparse errors, --help, --version

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import posixpath
+import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -422,10 +423,26 @@ def _summary_figures(metric_counts: dict[str, int] | None, staged: dict[str, int
     return metric_counts
 
 
-def run_pipeline(config: RunConfig, beam_args: list[str] | None = None) -> RunSummary:
+_pipelines_started_here = False
+"""Whether this process has run a pipeline: its gRPC threads may then be alive, and forking is unsafe."""
+
+
+def _may_fork_workers(fork_workers: bool) -> bool:
+    """Whether the run's worker processes may be forked from this one: asked for (the ``chunkline``
+    command asks; a program calling :func:`run_pipeline` gets Beam's own worker processes), no pipeline has
+    run in this process yet, and no other thread runs. A fork copies only the calling thread, so a lock
+    that a gRPC or other thread held at that moment would never be released in the child."""
+    return fork_workers and not _pipelines_started_here and threading.active_count() == 1
+
+
+def run_pipeline(config: RunConfig, beam_args: list[str] | None = None, *, fork_workers: bool = False) -> RunSummary:
     """Run the pipeline for ``config`` and publish its snapshot; returns the run's summary.
 
-    If the pipeline fails, what it wrote is removed and the published dataset is left untouched."""
+    With ``fork_workers`` (the ``chunkline`` command's choice), worker processes are forked from this
+    process when that is safe (see :func:`_may_fork_workers`), which saves each the import of Beam and
+    chunkline; otherwise Beam starts them. If the pipeline fails, what it wrote is removed and the
+    published dataset is left untouched."""
+    global _pipelines_started_here
     check_output_location(config)
     output_url = config.output.url or ""
     storage_options = config.output.storage_options
@@ -452,7 +469,11 @@ def run_pipeline(config: RunConfig, beam_args: list[str] | None = None) -> RunSu
 
             config = _with_workers_chosen(config, plan, list(beam_args or []))
             if not _runner_given(list(beam_args or [])) and config.run.workers > 0:
-                fork_server = start_fork_server()
+                fork_server = start_fork_server() if _may_fork_workers(fork_workers) else None
+                logger.info(
+                    "chunkline: worker processes %s",
+                    "forked from this process" if fork_server is not None else "started by Beam",
+                )
             runner, options = _pipeline_options(config, list(beam_args or []), fork_server)
             pipeline = beam.Pipeline(runner=runner, options=options)
             build_pipeline(pipeline, config, run_id, plan)
@@ -461,6 +482,7 @@ def run_pipeline(config: RunConfig, beam_args: list[str] | None = None) -> RunSu
             if in_process:
                 _run_in_process(config, run_id, plan)
             else:
+                _pipelines_started_here = True
                 result = pipeline.run()
                 _wait_with_progress(result)
                 metric_counts = run_counts(result)

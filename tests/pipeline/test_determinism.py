@@ -8,7 +8,10 @@ A small ``max_tokens`` and four shards make many chunks per file, so row order i
 
 from __future__ import annotations
 
+import logging
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -58,15 +61,44 @@ def test_in_process_runs_are_byte_identical(corpus_and_reference, tmp_path):
     assert manifest(tmp_path / "again")["run_id"] != before
 
 
-def test_multi_processing_runner_with_two_workers_is_byte_identical(corpus_and_reference, tmp_path):
+def test_multi_processing_runner_with_two_workers_is_byte_identical(corpus_and_reference, tmp_path, caplog):
+    """Called from a program (this test process, which has run pipelines and holds their threads), the run
+    never forks: Beam starts the two worker processes."""
     root, _, expected = corpus_and_reference
     output = tmp_path / "workers"
-    summary = run([root], output, *OVERRIDES, "run.workers=2")
+    with caplog.at_level(logging.INFO, logger="chunkline"):
+        summary = run([root], output, *OVERRIDES, "run.workers=2")
+    assert "chunkline: worker processes started by Beam" in caplog.messages
     assert summary.documents_ok == len(CORPUS)
     assert manifest(output)["config"]["run"]["workers"] == 2
     assert_same_files(output, expected)
-    # The fork server and the workers it forked are gone with the run.
     assert child_processes() == []
+
+
+def test_chunkline_command_with_two_forked_workers_is_byte_identical(corpus_and_reference, tmp_path):
+    """The ``chunkline`` program forks its two workers from itself, and their files are the in-process run's."""
+    root, _, expected = corpus_and_reference
+    output = tmp_path / "forked"
+    settings = [argument for override in OVERRIDES for argument in ("--set", override)]
+    finished = subprocess.run(
+        [
+            str(Path(sys.executable).with_name("chunkline")),
+            "run",
+            str(root),
+            "--output",
+            str(output),
+            "--workers",
+            "2",
+            *settings,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    assert "chunkline: worker processes forked from this process" in finished.stderr
+    assert manifest(output)["config"]["run"]["workers"] == 2
+    assert_same_files(output, expected)
 
 
 def child_processes() -> list[int]:
