@@ -12,6 +12,7 @@ import logging
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -72,6 +73,10 @@ def test_multi_processing_runner_with_two_workers_is_byte_identical(corpus_and_r
     assert summary.documents_ok == len(CORPUS)
     assert manifest(output)["config"]["run"]["workers"] == 2
     assert_same_files(output, expected)
+    # Beam's worker processes exit once the runner closes their control channels.
+    deadline = time.monotonic() + 30
+    while child_processes() and time.monotonic() < deadline:
+        time.sleep(0.2)
     assert child_processes() == []
 
 

@@ -162,10 +162,10 @@ def test_a_row_its_table_cannot_hold_is_that_documents_error_not_a_failed_write(
 def test_a_document_the_parser_fails_on_is_one_error_row(tmp_path, monkeypatch):
     real_parse = document_rows_module.parse_markdown
 
-    def parse_or_overflow(text):
+    def parse_or_overflow(text, parser):
         if "Quick start" in text:
             raise RecursionError("maximum recursion depth exceeded while parsing a block")
-        return real_parse(text)
+        return real_parse(text, parser)
 
     monkeypatch.setattr(document_rows_module, "parse_markdown", parse_or_overflow)
     corpus = write_files(tmp_path / "corpus", CORPUS)
