@@ -238,8 +238,9 @@ class MergeShard(BundleStep):
                 del new_chunks
                 upserts = upserts.select(upserts_schema.names).cast(upserts_schema)  # in the schema's order
                 counts.upserted.update(upserts.column("doc_id").to_pylist())
+                # The doc_ids alone: a filter of the whole table would copy the row group.
                 counts.reembedded.update(
-                    upserts.filter(upserts.column("embedding_changed")).column("doc_id").to_pylist()
+                    pc.filter(upserts.column("doc_id"), upserts.column("embedding_changed")).to_pylist()
                 )
                 upserts_part.write(upserts)
                 del upserts
