@@ -11,7 +11,6 @@ carried over from a previous snapshot.
 from __future__ import annotations
 
 import hashlib
-import threading
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -26,6 +25,7 @@ from chunkline.dataset.merge import (
     not_carried,
     sorted_unique,
     sorted_unique_row_groups,
+    system_allocations,
 )
 from chunkline.dataset.storage import parquet_bytes
 from chunkline.schemas import TABLE_SCHEMAS
@@ -176,7 +176,6 @@ class _PeakArrowBytes:
         self._previous = pa.default_memory_pool()
         self._pool = pa.proxy_memory_pool(self._previous)
         pa.set_memory_pool(self._pool)
-        self._lock = threading.Lock()
         return self
 
     def __exit__(self, *exc):
@@ -238,3 +237,16 @@ def test_merging_a_shard_far_larger_than_a_row_group_holds_about_one_row_group()
         f"peak {bounded.peak / 1e6:.1f} MB bounded, {whole.peak / 1e6:.1f} MB whole; shard {shard_bytes / 1e6:.1f} MB"
     )
     assert bound < shard_bytes / 3 < whole.peak / 3
+
+
+def test_system_allocations_switch_the_pool_for_the_block_only():
+    before = pa.default_memory_pool().backend_name
+    try:
+        with system_allocations():
+            assert pa.default_memory_pool().backend_name == "system"
+            table = chunks_table([chunk_row("a", 0, "tide " * 1000)])
+            raise RuntimeError("a merge that fails")
+    except RuntimeError:
+        pass
+    assert pa.default_memory_pool().backend_name == before
+    assert table.column("text")[0].as_py().startswith("tide")  # freed later, from the pool it came from

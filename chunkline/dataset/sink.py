@@ -36,9 +36,11 @@ from chunkline.dataset.merge import (
     documents_changes,
     not_carried,
     read_shard_plan,
+    release_freed_memory,
     shard_of,
     sorted_unique,
     sorted_unique_row_groups,
+    system_allocations,
     with_modified_times,
 )
 from chunkline.dataset.publish import verify_part
@@ -166,7 +168,15 @@ class _ChunkCounts:
 
 class MergeShard(BundleStep):
     """Merges one shard: its spill files and the rows carried over from the previous snapshot become one
-    sorted, de-duplicated, content-named Parquet file per table, plus the shard's ``changes/`` tables."""
+    sorted, de-duplicated, content-named Parquet file per table, plus the shard's ``changes/`` tables.
+
+    Memory: ``chunks`` (and with it ``changes/upserts``) is merged one output row group at a time
+    (:func:`~chunkline.dataset.merge.sorted_unique_row_groups`, :class:`~chunkline.dataset.merge.PartWriter`):
+    the merge holds the shard's key columns, one spill file and about 1.2 row groups of chunk rows, where a
+    row group is ``output.row_group_rows`` rows or the whole shard when the shard has fewer, so either a
+    smaller ``output.row_group_rows`` or more ``output.shards`` bounds it (both change the part files). An
+    incremental or compared run also holds the previous part's rows of the shard. ``documents`` and
+    ``errors`` (one row per document) are merged whole."""
 
     def __init__(self, settings: WriteSettings):
         self._settings = settings
@@ -196,7 +206,10 @@ class MergeShard(BundleStep):
         # Chunks first, row group by row group (see chunkline.dataset.merge): a shard of a full rebuild holds
         # a share of the whole corpus, and the merge holds one row group of it at a time.
         counts = _ChunkCounts()
-        yield from self._merge_chunks(shard, previous_parts, carried_ids, counts)
+        release_freed_memory()  # what the chunking (or the previous shard's merge) freed
+        with system_allocations():
+            yield from self._merge_chunks(shard, previous_parts, carried_ids, counts)
+        release_freed_memory()
         previous_documents, documents = self._merge_table("documents", shard, previous_parts, carried_ids, plan)
         yield from self._write("documents", shard, documents)
         _, errors = self._merge_table("errors", shard, previous_parts, carried_ids, plan)
