@@ -304,16 +304,17 @@ def sorted_unique_row_groups(
     schema: pa.Schema,
     key_columns: tuple[str, ...],
     row_group_rows: int,
-    column_groups: int = 4,
+    group_bytes: int = 16_000_000,
 ) -> Iterator[pa.Table]:
     """The rows of :func:`sorted_unique` over the concatenation of the ``sources``' tables (each a function
     that reads one source, of ``schema``, again when called), as consecutive tables of at most
     ``row_group_rows`` rows with one chunk per column.
 
-    Each source is read once for its keys, then, for each table yielded, once for each of about
-    ``column_groups`` groups of its columns (the largest first); only one source's table is held at a time,
-    and only the rows taken from it stay. A table is built one group of columns at a time, so that putting
-    a group's rows in key order holds that group twice, never the whole table."""
+    Each source is read once for its keys, then, for each table yielded, once for each group of its
+    columns (the largest first; groups of about ``group_bytes`` of a table's rows, at most 4 and at least one,
+    so that a small shard is read twice only); only one source's table is held at a time, and only the
+    rows taken from it stay. A table is built one group of columns at a time, so that putting a group's rows
+    in key order holds that group twice, never the whole table."""
     key_tables, column_bytes = [], dict.fromkeys(schema.names, 0)
     for read in sources:
         table = read()
@@ -323,7 +324,8 @@ def sorted_unique_row_groups(
         del table
     source_of, row_of = unique_order(key_tables, key_columns)
     del key_tables
-    groups = _column_groups(column_bytes, column_groups)
+    table_bytes = sum(column_bytes.values()) * min(1.0, row_group_rows / max(len(source_of), 1))
+    groups = _column_groups(column_bytes, min(4, max(1, round(table_bytes / group_bytes))))
     for start in range(0, len(source_of), row_group_rows):
         group_sources = source_of[start : start + row_group_rows]
         group_rows = row_of[start : start + row_group_rows]
