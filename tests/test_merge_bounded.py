@@ -11,22 +11,26 @@ carried over from a previous snapshot.
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from chunkline.dataset.bundle import run_bundle
 from chunkline.dataset.merge import (
     PartWriter,
     chunk_changes,
     chunk_deletes,
     chunk_upserts,
     not_carried,
+    shard_of,
     sorted_unique,
     sorted_unique_row_groups,
     system_allocations,
 )
+from chunkline.dataset.sink import MergeShard, SpillRows, WriteSettings
 from chunkline.dataset.storage import parquet_bytes
 from chunkline.schemas import TABLE_SCHEMAS
 
@@ -250,3 +254,33 @@ def test_system_allocations_switch_the_pool_for_the_block_only():
         pass
     assert pa.default_memory_pool().backend_name == before
     assert table.column("text")[0].as_py().startswith("tide")  # freed later, from the pool it came from
+
+
+def test_the_sinks_merge_of_a_retried_spill_writes_the_whole_table_merges_parts(tmp_path):
+    """The sink end to end: documents spilled twice (a retried bundle), in small spill files, merged by
+    ``MergeShard`` into row groups of 3 rows: each shard's chunks and upserts parts are the whole-table
+    merge's bytes, and no chunk is lost or doubled."""
+    settings = WriteSettings(
+        staging_url=str(tmp_path / "staging"),
+        snapshot_url=str(tmp_path / "snapshot"),
+        shards=2,
+        row_group_rows=3,
+        spill_bytes=2_000,
+    )
+    documents = [
+        [("chunks", chunk_row(f"guide/{name}.md", index, f"{name} paragraph {index} " * 20)) for index in range(count)]
+        for name, count in [("install", 4), ("faq", 7), ("tides", 1), ("gauges", 5), ("alerts", 3)]
+    ]
+    for _ in range(2):  # the bundle ran twice: every row is spilled twice
+        list(run_bundle(SpillRows(settings), documents))
+    written = list(run_bundle(MergeShard(settings), range(settings.shards)))
+    assert written
+    for shard in range(settings.shards):
+        rows = [row for document in documents for _, row in document if shard_of(row["doc_id"], 2) == shard]
+        expected = sorted_unique(chunks_table(rows), CHUNKS_KEY)
+        upserts = chunk_changes(CHUNKS_SCHEMA.empty_table(), expected, pa.array([], pa.string()))[0]
+        for table_name, table in [("chunks", expected), ("changes/upserts", upserts.cast(UPSERTS_SCHEMA))]:
+            parts = [Path(path) for path in written if f"/{table_name}/part-{shard:05d}-" in path]
+            assert len(parts) == 1, (table_name, shard, written)
+            assert parts[0].read_bytes() == parquet_bytes(table, 3, "zstd")
+        assert expected.num_rows == len({row["chunk_id"] for row in rows})
