@@ -325,6 +325,10 @@ def sorted_unique_row_groups(
     source_of, row_of = unique_order(key_tables, key_columns)
     del key_tables
     table_bytes = sum(column_bytes.values()) * min(1.0, row_group_rows / max(len(source_of), 1))
+    # A large row group's freed buffers are given back as soon as they are freed (see release_freed_memory):
+    # the C allocator would otherwise keep them beside the next ones; a small one's are not worth the call.
+    release = release_freed_memory if table_bytes >= group_bytes else lambda: None
+    release()  # the sources read for their keys
     groups = _column_groups(column_bytes, min(4, max(1, round(table_bytes / group_bytes))))
     for start in range(0, len(source_of), row_group_rows):
         group_sources = source_of[start : start + row_group_rows]
@@ -349,7 +353,11 @@ def sorted_unique_row_groups(
                 columns[name] = gathered if in_order else gathered.take(order)
                 del gathered
             del pieces
-        yield pa.Table.from_arrays([columns.pop(name) for name in schema.names], schema=schema)
+            release()  # this group's pieces, before the next group is gathered
+        table = pa.Table.from_arrays([columns.pop(name) for name in schema.names], schema=schema)
+        release()  # the pieces and the unordered columns, before the table is encoded
+        yield table
+        del table
 
 
 def _column_groups(column_bytes: dict[str, int], groups: int) -> list[list[str]]:
