@@ -26,7 +26,7 @@ those of :func:`sorted_unique` written whole with :func:`~chunkline.dataset.stor
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
+import functools
 import hashlib
 import json
 import tempfile
@@ -484,16 +484,13 @@ def system_allocations() -> Iterator[None]:
         pa.set_memory_pool(previous)
 
 
-def _libc_malloc_trim() -> Callable[[int], int] | None:
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
     """glibc's ``malloc_trim``, or None where the C library has none (musl, macOS, Windows)."""
-    name = ctypes.util.find_library("c")
     try:
-        return ctypes.CDLL(name).malloc_trim if name else None
-    except (OSError, AttributeError):
+        return getattr(ctypes.CDLL(None), "malloc_trim", None)
+    except OSError:
         return None
-
-
-_MALLOC_TRIM = _libc_malloc_trim()
 
 
 def release_freed_memory() -> None:
@@ -503,5 +500,6 @@ def release_freed_memory() -> None:
     what one step freed is not reused by the next when it sits in another allocator's free lists, and
     would add to the process's peak resident memory."""
     pa.default_memory_pool().release_unused()
-    if _MALLOC_TRIM is not None:
-        _MALLOC_TRIM(0)
+    malloc_trim = _malloc_trim()
+    if malloc_trim is not None:
+        malloc_trim(0)
