@@ -28,6 +28,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
+import io
 import json
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
@@ -387,6 +388,10 @@ def _single_chunks(table: pa.Table, schema: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays([_one_chunk(column) for column in table.columns], schema=schema)
 
 
+_IN_MEMORY_PART_BYTES = 16_000_000
+"""Rows (Arrow bytes) under which a part of one row group is encoded in memory rather than a temporary file."""
+
+
 class PartWriter:
     """Writes a Parquet part from consecutive tables of rows, one row group (``row_group_rows`` rows) at a
     time, into a temporary file; :meth:`finish` returns the part's bytes.
@@ -418,7 +423,7 @@ class PartWriter:
     def end_rows(self) -> None:
         """Write the rows still held as the last row group: after this the writer holds no rows."""
         if self._pending_rows:
-            self._write_row_group(self._pending_rows)
+            self._write_row_group(self._pending_rows, last=True)
         if self._writer is not None:
             self._writer.close()
             self._writer = None
@@ -441,7 +446,7 @@ class PartWriter:
         self._writer = self._file = None
         self._pending = []
 
-    def _write_row_group(self, rows: int) -> None:
+    def _write_row_group(self, rows: int, last: bool = False) -> None:
         taken, kept, count = [], [], 0
         for table in self._pending:
             if count >= rows:
@@ -458,7 +463,10 @@ class PartWriter:
         del taken
         group = _single_chunks(group, self._schema)
         if self._writer is None:
-            self._file = tempfile.TemporaryFile(prefix="chunkline-part-")
+            # A part of one small row group is encoded in memory (it is about the size of its rows,
+            # compressed); any other goes to a temporary file, read back once every row is let go.
+            small = last and self.rows == 0 and group.nbytes < _IN_MEMORY_PART_BYTES
+            self._file = io.BytesIO() if small else tempfile.TemporaryFile(prefix="chunkline-part-")
             self._writer = pq.ParquetWriter(
                 self._file, self._schema, compression=self._compression, write_statistics=True, store_schema=True
             )

@@ -209,11 +209,14 @@ class MergeShard(BundleStep):
         # Chunks first, row group by row group (see chunkline.dataset.merge): a shard of a full rebuild holds
         # a share of the whole corpus, and the merge holds one row group of it at a time.
         counts = _ChunkCounts()
-        release_freed_memory()  # what the chunking (or the previous shard's merge) freed
-        # A full rebuild's shard is a share of the whole corpus: its merge allocates from the system
-        # allocator, which gives large buffers back when freed (an incremental run's merges, small and
-        # timed against a full run, keep pyarrow's faster pool).
-        with system_allocations() if not self._settings.incremental else contextlib.nullcontext():
+        # A full rebuild's shard is a share of the whole corpus: its merge starts by giving back what the
+        # chunking (or the previous shard's merge) freed and allocates from the system allocator, which
+        # gives large buffers back when freed. An incremental run's merges, small and timed against a full
+        # run, skip both (a millisecond a shard, and pyarrow's pool is the faster one).
+        full_rebuild = not self._settings.incremental
+        if full_rebuild:
+            release_freed_memory()
+        with system_allocations() if full_rebuild else contextlib.nullcontext():
             yield from self._merge_chunks(shard, previous_parts, carried_ids, counts)
         previous_documents, documents = self._merge_table("documents", shard, previous_parts, carried_ids, plan)
         yield from self._write("documents", shard, documents)
