@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import asdict
 from datetime import datetime, timedelta, timezone
 
 from fsspec.core import url_to_fs
@@ -75,22 +74,33 @@ def read_listing(url: str, storage_options: dict | None = None, secrets: tuple[s
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_MICROSECOND = timedelta(microseconds=1)
 
 
 def _file_fields(source: SourceFile) -> dict:
     """A listed file's fields as JSON values (a listed file has no bytes yet)."""
-    fields = asdict(source)
-    del fields["data"]
     modified = source.modified_time
-    fields["modified_time"] = None if modified is None else (modified - _EPOCH) // timedelta(microseconds=1)
-    return fields
+    problem = source.problem
+    return {
+        "doc_id": source.doc_id,
+        "source_uri": source.source_uri,
+        "input_index": source.input_index,
+        "path": source.path,
+        "size_bytes": source.size_bytes,
+        "modified_time": None if modified is None else (modified - _EPOCH) // _MICROSECOND,
+        "problem": None if problem is None else [problem.stage, problem.error_type, problem.message, problem.skipped],
+    }
 
 
 def _source_file(fields: dict) -> SourceFile:
-    modified = fields.pop("modified_time")
-    problem = fields.pop("problem")
+    modified = fields["modified_time"]
+    problem = fields["problem"]
     return SourceFile(
-        **fields,
+        doc_id=fields["doc_id"],
+        source_uri=fields["source_uri"],
+        input_index=fields["input_index"],
+        path=fields["path"],
+        size_bytes=fields["size_bytes"],
         modified_time=None if modified is None else _EPOCH + timedelta(microseconds=modified),
-        problem=None if problem is None else FileProblem(**problem),
+        problem=None if problem is None else FileProblem(*problem),
     )
