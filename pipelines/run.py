@@ -510,7 +510,8 @@ def run_pipeline(config: RunConfig, beam_args: list[str] | None = None, *, fork_
             fork_server.close()
         lock.release()
     total_seconds = time.perf_counter() - started
-    errors = read_dataset(output_url, "errors", storage_options=storage_options).to_pylist()
+    # The staged files were counted: a snapshot without error rows has none to read back.
+    errors = read_dataset(output_url, "errors", storage_options=storage_options).to_pylist() if counts["errors"] else []
     figures = _summary_figures(metric_counts, counts)
     return RunSummary(
         output_url=output_url,
