@@ -47,7 +47,6 @@ from chunkline.dataset.in_process import stage_run_in_process
 from chunkline.dataset.inputs import glob_root
 from chunkline.dataset.layout import staging_url
 from chunkline.dataset.listing import write_listing
-from chunkline.dataset.parallelism import choose_workers
 from chunkline.dataset.publish import (
     OutputState,
     acquire_output_lock,
@@ -67,13 +66,13 @@ from chunkline.dataset.staged import (
     staged_counts,
 )
 from chunkline.dataset.storage import scrub_secrets
-from chunkline.pipelines.forked_workers import WorkerForkServer, start_fork_server
 from chunkline.settings import ConfigError
 
 if TYPE_CHECKING:  # Beam is imported only by a run that builds a pipeline
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
+    from chunkline.pipelines.forked_workers import WorkerForkServer
     from chunkline.transforms import ChunkMarkdown, ReadMarkdown, WriteChunkDataset
 
 __all__ = [
@@ -187,6 +186,8 @@ def _with_workers_chosen(config: RunConfig, plan: RebuildPlan, beam_args: list[s
     """``config`` with ``run.workers`` settled for the FnApiRunner: as given, or for ``auto`` from the
     bytes the plan reads (see :func:`~chunkline.dataset.parallelism.choose_workers`); logged in one line.
     A user's ``--runner`` runs as it is told."""
+    from chunkline.dataset.parallelism import choose_workers  # only a run that builds a pipeline chooses
+
     if _runner_given(beam_args):
         return config
     choice = choose_workers(
@@ -444,6 +445,14 @@ def _may_fork_workers(fork_workers: bool) -> bool:
     return fork_workers and not _pipelines_started_here and threading.active_count() == 1
 
 
+def start_fork_server() -> WorkerForkServer:
+    """:func:`chunkline.pipelines.forked_workers.start_fork_server`, imported only by a run that forks its
+    worker processes (a run chunked in process never does)."""
+    from chunkline.pipelines.forked_workers import start_fork_server as start
+
+    return start()
+
+
 def run_pipeline(config: RunConfig, beam_args: list[str] | None = None, *, fork_workers: bool = False) -> RunSummary:
     """Run the pipeline for ``config`` and publish its snapshot; returns the run's summary.
 
@@ -519,7 +528,8 @@ def run_pipeline(config: RunConfig, beam_args: list[str] | None = None, *, fork_
             fork_server.close()
         lock.release()
     total_seconds = time.perf_counter() - started
-    errors = read_dataset(output_url, "errors", storage_options=storage_options).to_pylist()
+    # The staged files were counted: a snapshot without error rows has none to read back.
+    errors = read_dataset(output_url, "errors", storage_options=storage_options).to_pylist() if counts["errors"] else []
     figures = _summary_figures(metric_counts, counts)
     return RunSummary(
         output_url=output_url,
