@@ -16,10 +16,18 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.ipc as ipc
 import pytest
 
+from chunkline.config import ChunkConfig
+from chunkline.dataset.bundle import run_bundle
+from chunkline.dataset.document_rows import ConvertedRows, DocumentChunker
+from chunkline.dataset.front_matter_columns import parse_front_matter_columns
+from chunkline.dataset.inputs import SourceFile
 from chunkline.dataset.publish import read_dataset, read_manifest
 from chunkline.dataset.settings import load_run_config
+from chunkline.dataset.sink import SpillRows, WriteSettings
 from chunkline.pipelines.run import RunSummary, run_pipeline
 from chunkline.schemas import CHANGE_TABLES, ROW_TABLES
 
@@ -127,3 +135,63 @@ def test_the_run_without_a_runner_stages_the_runners_files_byte_for_byte(realist
     fresh = _run(inputs, tmp_path / "fresh", config)
     assert fresh.rebuild["mode"] == "full"
     assert table_digests(free_output, ROW_TABLES) == table_digests(tmp_path / "fresh", ROW_TABLES)
+
+
+def _spilled(settings: WriteSettings) -> dict[tuple[str, int], pa.Table]:
+    """Each (table, shard)'s spilled rows under ``settings``' staging area, sorted by the table's key."""
+    tables = {}
+    for table_name in ROW_TABLES:
+        schema, key = settings.schemas[table_name]
+        for shard in range(settings.shards):
+            read = [
+                ipc.open_file(pa.BufferReader(path.read_bytes())).read_all()
+                for path in sorted(Path(settings.staging_url).glob(f"spill/{table_name}/{shard:05d}/*.arrow"))
+            ]
+            table = pa.concat_tables([schema.empty_table(), *read])
+            tables[(table_name, shard)] = table.sort_by([(name, "ascending") for name in key])
+    return tables
+
+
+def _spill(tmp_path: Path, name: str, elements, front_matter_columns=()) -> dict[tuple[str, int], pa.Table]:
+    settings = WriteSettings(
+        staging_url=str(tmp_path / name),
+        snapshot_url=str(tmp_path / f"{name}-snapshot"),
+        shards=3,
+        row_group_rows=1000,
+        spill_bytes=20_000,  # several spills per shard
+        front_matter_columns=tuple(front_matter_columns),
+    )
+    assert sum(run_bundle(SpillRows(settings), elements)) > 3
+    return _spilled(settings)
+
+
+def test_the_spill_writes_a_converted_documents_arrays_as_it_would_its_rows(realistic_inputs, tmp_path):
+    """The chunker converts each document's rows to Arrow once; spilling those arrays writes the rows the
+    spill writes from the plain row dicts (a document in error, or rows of a step of one's own); a chunker
+    with other front-matter columns than the writer's has its rows converted by the spill instead."""
+    root, _ = realistic_inputs
+    front_matter_columns = parse_front_matter_columns({"tags": "list<string>", "weight": "float"})
+    listing = [(path.relative_to(root).as_posix(), path) for path in sorted(root.rglob("*.md"))]
+    sources = [
+        SourceFile(doc_id, path.as_uri(), 0, str(path), path.stat().st_size, None, path.read_bytes())
+        for doc_id, path in listing
+    ]
+    chunker = DocumentChunker(ChunkConfig(max_tokens=128), "strict", (), front_matter_columns)
+    converted = list(run_bundle(chunker, sources))
+    assert sum(isinstance(element, ConvertedRows) for element in converted) == len(sources) - 2  # two in error
+    plain = [list(element) for element in converted]
+    assert not any(hasattr(element, "arrays") for element in plain)
+
+    from_arrays = _spill(tmp_path, "from-arrays", converted, front_matter_columns)
+    from_rows = _spill(tmp_path, "from-rows", plain, front_matter_columns)
+    assert sum(from_arrays[("chunks", shard)].num_rows for shard in range(3)) > 3 * len(sources)
+    assert all(from_arrays[("chunks", shard)].num_rows for shard in range(3))
+    assert {"tags", "weight"} <= set(from_arrays[("chunks", 0)].column_names)
+    assert from_arrays.keys() == from_rows.keys()
+    for key, table in from_arrays.items():
+        assert table.equals(from_rows[key]), key
+
+    # A writer without the chunker's front-matter columns: the rows are converted to its own columns.
+    without_columns = _spill(tmp_path, "without-columns", converted)
+    for key, table in without_columns.items():
+        assert table.equals(from_rows[key].select(table.column_names).cast(table.schema)), key
