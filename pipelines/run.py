@@ -5,14 +5,15 @@
     list_inputs                                          (one listing; a missing or empty input publishes nothing)
     acquire_output_lock                                  (one run writes an output at a time)
     plan_rebuild                                         (full, or incremental against the last snapshot)
-    ReadMarkdown -> ChunkMarkdown -> WriteChunkDataset   (one Beam pipeline, reading what was listed)
+    ReadMarkdown -> ChunkMarkdown -> WriteChunkDataset   (one Beam pipeline, reading what was listed;
+                                                          or, in this process, the same steps without Beam)
     publish_run                                          (after the pipeline succeeded: a new snapshot)
 
 The transforms are the public ones of :mod:`chunkline.transforms`; the writer runs with ``publish=False``,
 since here the driver holds the output's lock from before planning until after publishing. The run's
 progress lines and summary are the pipeline's Beam metrics (:mod:`chunkline.transforms.metrics`), the
-figures a runner's UI shows; a run without a runner (an incremental run's few documents, in process) counts
-its staged files instead.
+figures a runner's UI shows; a run without a runner (in this process, without Beam) counts its staged files
+instead.
 
 The publish guard: an input whose root is missing or cannot be listed, or that matches no file, fails the
 run before anything is written (:class:`~chunkline.dataset.rebuild.PublishRefusedError`, exit status 1
