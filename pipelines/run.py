@@ -51,6 +51,8 @@ from fsspec.registry import get_filesystem_class
 
 from chunkline.dataset.in_process import stage_run_in_process
 from chunkline.dataset.inputs import glob_root
+from chunkline.dataset.layout import staging_url
+from chunkline.dataset.listing import write_listing
 from chunkline.dataset.parallelism import choose_workers
 from chunkline.dataset.publish import (
     OutputState,
@@ -287,11 +289,18 @@ def _transforms(
     from chunkline.transforms import ChunkMarkdown, ReadMarkdown, WriteChunkDataset
 
     # The driver's listing, when it made one, is what the pipeline reads: the guard and the plan judged it,
-    # and a second listing in the pipeline could see another input (a folder unmounted in between). On a
-    # distributed runner the listing travels in the job's graph, as an incremental run's plan always has.
-    matched = plan.to_chunk if plan.listed else None
+    # and a second listing in the pipeline could see another input (a folder unmounted in between). It is
+    # staged beside the run's other files, so that only its URL travels in the job's graph.
+    listing_url = None
+    if plan.listed:
+        listing_url = write_listing(
+            staging_url(config.output.url or "", run_id),
+            plan.to_chunk,
+            config.output.storage_options,
+            tuple(config.secrets()),
+        )
     return (
-        ReadMarkdown(config, matched=matched),
+        ReadMarkdown(config, listing_url=listing_url, listing_storage_options=dict(config.output.storage_options)),
         ChunkMarkdown(config),
         # Staged only: the driver holds the lock and publishes once the pipeline succeeded.
         WriteChunkDataset(config, plan=plan, run_id=run_id, publish=False),
