@@ -4,8 +4,8 @@ corpus grows.
 Three measurements, each a ratio of two things timed side by side in the same run (medians of ``--runs``
 rounds whose order alternates):
 
-1. **in-process pipeline vs a plain loop**: ``chunkline run`` on Beam's in-process FnApiRunner over the
-   corpus, end to end (matching, reading, chunking, writing and publishing Parquet), against a Python loop
+1. **in-process pipeline vs a plain loop**: ``chunkline run`` in this process (``run.workers: 0`` and no
+   Beam argument: the run's steps without a runner) over the corpus, end to end (matching, reading, chunking, writing and publishing Parquet), against a Python loop
    that reads the same files and calls ``chunk_markdown`` on each (and writes nothing).
 2. **the default run, in-process, 1 and 2 worker processes**: the ``chunkline run`` command as a whole
    process (start-up included, as a user runs it) by default (``run.workers: auto``), with ``--workers 0``,

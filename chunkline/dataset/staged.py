@@ -186,14 +186,19 @@ def run_manifest_fields(
     pipeline_seconds: float,
     counts: dict[str, int],
     changes: dict[str, int],
+    runner: str | None = None,
 ) -> dict[str, Any]:
     """What a run's manifest says about it, beside the tables: its config (credentials redacted), the
-    fingerprints the next run compares, how it was rebuilt, its change and row counts, versions, timings."""
+    fingerprints the next run compares, how it was rebuilt (with ``runner``, what ran it: ``none`` for this
+    process without Beam), its change and row counts, versions, timings."""
+    rebuild = {**plan.describe(), "in_process": in_process}
+    if runner is not None:
+        rebuild["runner"] = runner
     return {
         "config": config.to_public_dict(),
         "chunking_fingerprint": config.chunking.fingerprint(),
         "rebuild_fingerprint": rebuild_fingerprint(config),
-        "rebuild": {**plan.describe(), "in_process": in_process},
+        "rebuild": rebuild,
         "changes": changes,
         # No snapshot to compare with: changes/ holds every document as added, and a loader that holds
         # an earlier state must reload in full rather than apply it as a delta.
