@@ -7,8 +7,9 @@ rounds whose order alternates):
 1. **in-process pipeline vs a plain loop**: ``chunkline run`` in this process (``run.workers: 0`` and no
    Beam argument: the run's steps without a runner) over the corpus, end to end (matching, reading, chunking, writing and publishing Parquet), against a Python loop
    that reads the same files and calls ``chunk_markdown`` on each (and writes nothing).
-2. **the default run, in-process, 1 and 2 worker processes**: the ``chunkline run`` command as a whole
-   process (start-up included, as a user runs it) by default (``run.workers: auto``), with ``--workers 0``,
+2. **the default run, in-process (without and on Beam), 1 and 2 worker processes**: the ``chunkline run`` command as a whole
+   process (start-up included, as a user runs it) by default (``run.workers: auto``), with ``--workers 0``
+   (in this process, without Beam), ``--workers 0 --runner FnApiRunner`` (in this process, on Beam),
    ``--workers 1`` and ``--workers 2``, on a corpus of at least ``--large-mb`` MB made of copies of the
    corpus under different folder names, then on the repository's 12-file sample corpus: median wall and
    CPU seconds (the driver and its workers), the workers each ran, and the load average before each run
@@ -176,11 +177,13 @@ def _compare_with_loop(corpus: Path, work: Path, megabytes: float, runs: int, re
 _RUNNERS = {
     "default": (),
     "in-process": ("--workers", "0"),
+    "in-process, Beam": ("--workers", "0", "--runner", "FnApiRunner"),
     "1 worker": ("--workers", "1"),
     "2 workers": ("--workers", "2"),
 }
 """What the runner comparison times, as ``chunkline run`` arguments: the default (``run.workers: auto``), the
-in-process run, and one and two worker processes."""
+in-process run (without Beam, as ``--workers 0`` runs), the same on Beam's in-process FnApiRunner (what a
+Beam option gets), and one and two worker processes (Beam's FnApiRunner in multi-processing mode)."""
 
 
 def timed_run(corpus: Path, work: Path, *arguments: str) -> dict:
