@@ -4,17 +4,18 @@ corpus grows.
 Three measurements, each a ratio of two things timed side by side in the same run (medians of ``--runs``
 rounds whose order alternates):
 
-1. **in-process pipeline vs a plain loop**: ``chunkline run`` on Beam's in-process FnApiRunner over the
-   corpus, end to end (matching, reading, chunking, writing and publishing Parquet), against a Python loop
+1. **in-process pipeline vs a plain loop**: ``chunkline run`` in this process (``run.workers: 0`` and no
+   Beam argument: the run's steps without a runner) over the corpus, end to end (matching, reading, chunking, writing and publishing Parquet), against a Python loop
    that reads the same files and calls ``chunk_markdown`` on each (and writes nothing).
-2. **the default run, in-process and 2 worker processes**: ``chunkline run`` as it runs by default
-   (``run.workers: auto``), with ``run.workers: 0`` and with ``run.workers: 2``, on a corpus of at least
-   ``--large-mb`` MB made of copies of the corpus under different folder names, then on the repository's
-   12-file sample corpus: median wall and CPU seconds (the driver and its workers), the workers each ran,
-   and the load average before each run (the machine may be shared: CPU seconds show what the runs cost
-   whatever the load).
-3. **peak memory vs corpus size**: the default and the in-process run in a fresh process over 1x, 4x and
-   16x the corpus; the peak resident set size (``ru_maxrss``, the largest of the driver and its workers) is
+2. **the default run, in-process (without and on Beam), 1 and 2 worker processes**: the ``chunkline run`` command as a whole
+   process (start-up included, as a user runs it) by default (``run.workers: auto``), with ``--workers 0``
+   (in this process, without Beam), ``--workers 0 --runner FnApiRunner`` (in this process, on Beam),
+   ``--workers 1`` and ``--workers 2``, on a corpus of at least ``--large-mb`` MB made of copies of the
+   corpus under different folder names, then on the repository's 12-file sample corpus: median wall and
+   CPU seconds (the driver and its workers), the workers each ran, and the load average before each run
+   (the machine may be shared: CPU seconds show what the runs cost whatever the load).
+3. **peak memory vs corpus size**: the default and the in-process ``chunkline run`` over 1x, 4x and 16x
+   the corpus; the peak resident set size (``ru_maxrss``, the largest of the driver and its workers) is
    reported for each.
 
 Usage::
@@ -173,49 +174,42 @@ def _compare_with_loop(corpus: Path, work: Path, megabytes: float, runs: int, re
     )
 
 
-_RUNNER_SNIPPET = """
-import json, sys, time
-from chunkline.dataset.publish import read_manifest
-from chunkline.dataset.settings import load_run_config
-from chunkline.pipelines.run import run_pipeline
-config = load_run_config(None, sys.argv[3:], environ={}, inputs=[sys.argv[1]], output=sys.argv[2])
-started = time.perf_counter()
-summary = run_pipeline(config)
-seconds = time.perf_counter() - started
-workers = read_manifest(sys.argv[2])["config"]["run"]["workers"]
-print(json.dumps({"seconds": seconds, "chunks": summary.chunks, "workers": workers}))
-"""
-
-_RUNNERS = {"default": (), "in-process": ("run.workers=0",), "2 workers": ("run.workers=2",)}
-"""What the runner comparison times: the default (``run.workers: auto``) and the two choices it makes on
-two cores."""
+_RUNNERS = {
+    "default": (),
+    "in-process": ("--workers", "0"),
+    "in-process, Beam": ("--workers", "0", "--runner", "FnApiRunner"),
+    "1 worker": ("--workers", "1"),
+    "2 workers": ("--workers", "2"),
+}
+"""What the runner comparison times, as ``chunkline run`` arguments: the default (``run.workers: auto``), the
+in-process run (without Beam, as ``--workers 0`` runs), the same on Beam's in-process FnApiRunner (what a
+Beam option gets), and one and two worker processes (Beam's FnApiRunner in multi-processing mode)."""
 
 
-def timed_run(corpus: Path, work: Path, *overrides: str) -> dict:
-    """One ``run_pipeline`` in a fresh process: its wall seconds (the run itself, imports excluded), the CPU
-    seconds of the process and every worker it waited for (imports included), its peak RSS (the largest of
-    those processes), the workers it ran, and the 1-minute load average before it started."""
+def timed_run(corpus: Path, work: Path, *arguments: str) -> dict:
+    """One ``chunkline run CORPUS --output OUT ARGUMENTS`` as a whole process, as a user runs it: its wall
+    seconds (imports and start-up included), the CPU seconds of the process and every worker it waited for,
+    its peak RSS (the largest of those processes), the workers it ran (from the manifest), and the 1-minute
+    load average before it started."""
     output = work / f"out-{time.monotonic_ns()}"
     load_before = os.getloadavg()[0]
+    command = [sys.executable, "-m", "chunkline", "run", str(corpus), "--output", str(output), *arguments]
     try:
-        process = subprocess.Popen(
-            [sys.executable, "-c", _RUNNER_SNIPPET, str(corpus), str(output), *overrides],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
-        output_text = process.stdout.read() if process.stdout else ""
+        started = time.perf_counter()
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        errors = process.stderr.read() if process.stderr else ""
         _, status, usage = os.wait4(process.pid, 0)
+        seconds = time.perf_counter() - started
+        if status != 0:
+            raise RuntimeError(f"chunkline run failed (wait status {status}): {' '.join(command)}\n{errors[-2000:]}")
+        workers = json.loads((output / "_manifest.json").read_text())["config"]["run"]["workers"]
     finally:
         shutil.rmtree(output, ignore_errors=True)
-    if not output_text.strip():
-        raise RuntimeError(f"benchmark process failed (wait status {status}): {corpus} {' '.join(overrides)}")
-    reported = json.loads(output_text.strip().splitlines()[-1])
     return {
-        "seconds": reported["seconds"],
+        "seconds": seconds,
         "cpu_seconds": usage.ru_utime + usage.ru_stime,
         "peak_rss_mb": usage.ru_maxrss / 1024,
-        "workers": reported["workers"],
+        "workers": workers,
         "load_before": load_before,
     }
 

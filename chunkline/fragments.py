@@ -212,13 +212,19 @@ class _FragmentMerger:
         return run.start <= span_start <= run.end and span_end > run.end
 
     def joined(self, first: _Run, second: _Run, count: int) -> _Run:
+        # The kind is settled here, from the two runs' own (each looked at once), not left for a later look
+        # over the joined range: a run that grows one heading at a time would be rescanned at every step.
+        if _CONTENT in (first.kind, second.kind):
+            kind = _CONTENT
+        else:
+            kind = _combined_kind(self.kind(first), self.kind(second))
         return _Run(
             first.start,
             second.end,
             count,
             first.is_sub_split or second.is_sub_split,
             [*first.parts, *second.parts],
-            kind=_combined_kind(first.kind, second.kind),
+            kind=kind,
         )
 
     def span_of(self, run: _Run) -> ChunkSpan:

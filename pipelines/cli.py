@@ -30,6 +30,7 @@ error.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import logging
 import os
@@ -38,6 +39,7 @@ import sys
 import time
 import traceback
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
@@ -448,7 +450,8 @@ def _run_command(arguments: argparse.Namespace) -> int:
     arguments.secrets = tuple(config.secrets())
     _check_before_running(config)
     try:
-        summary = run_pipeline(config, arguments.beam_args, fork_workers=_fork_workers)
+        with _collector_frozen():
+            summary = run_pipeline(config, arguments.beam_args, fork_workers=_fork_workers)
     except PublishRefusedError as error:  # the run failed on purpose and published nothing
         print(f"chunkline: error: {error}", file=sys.stderr)
         return 1
@@ -457,6 +460,21 @@ def _run_command(arguments: argparse.Namespace) -> int:
         print(f"chunkline: {len(summary.errors)} error row(s) and --fail-on-error: exit status 1", file=sys.stderr)
         return 1
     return 0
+
+
+@contextmanager
+def _collector_frozen() -> Iterator[None]:
+    """The garbage collector's view of the objects made so far (the imported modules, the config), frozen
+    for the run and given back after it: its collections then walk only what the run itself makes. A
+    program whose collector is off, or that froze objects of its own, is left as it is."""
+    if not gc.isenabled() or gc.get_freeze_count():
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def _check_before_running(config: RunConfig) -> None:

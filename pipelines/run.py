@@ -5,14 +5,15 @@
     list_inputs                                          (one listing; a missing or empty input publishes nothing)
     acquire_output_lock                                  (one run writes an output at a time)
     plan_rebuild                                         (full, or incremental against the last snapshot)
-    ReadMarkdown -> ChunkMarkdown -> WriteChunkDataset   (one Beam pipeline, reading what was listed)
+    ReadMarkdown -> ChunkMarkdown -> WriteChunkDataset   (one Beam pipeline, reading what was listed;
+                                                          or, in this process, the same steps without Beam)
     publish_run                                          (after the pipeline succeeded: a new snapshot)
 
 The transforms are the public ones of :mod:`chunkline.transforms`; the writer runs with ``publish=False``,
 since here the driver holds the output's lock from before planning until after publishing. The run's
 progress lines and summary are the pipeline's Beam metrics (:mod:`chunkline.transforms.metrics`), the
-figures a runner's UI shows; a run without a runner (an incremental run's few documents, in process) counts
-its staged files instead.
+figures a runner's UI shows; a run without a runner (in this process, without Beam) counts its staged files
+instead.
 
 The publish guard: an input whose root is missing or cannot be listed, or that matches no file, fails the
 run before anything is written (:class:`~chunkline.dataset.rebuild.PublishRefusedError`, exit status 1
@@ -21,13 +22,18 @@ the previous snapshot's documents, unless ``run.allow_deletes`` (``--allow-delet
 checked before the pipeline starts, from the listing, and again before publishing, from the snapshot's
 ``changes/documents``.
 
-Without ``--runner`` among the Beam arguments the pipeline runs on Beam's FnApiRunner: with ``run.workers:
-N`` in its multi-processing mode (N worker processes), with 0 in this process, and with ``auto`` (the
-default) on one worker per core when the listing holds enough bytes to chunk, else in this process (see
-:mod:`chunkline.dataset.parallelism`; the run logs which and why). Beam's default DirectRunner
-is never used, as it first tries to download a Prism binary. Any other runner is passed through unchanged
-(``--runner DataflowRunner --project ... --region ...``); the workers then need the chunkline package, see
-the README on distributed runners.
+Where the run's documents are chunked: ``run.workers`` N runs Beam's FnApiRunner in its multi-processing
+mode (N worker processes); 0 runs in this process; ``auto`` (the default) picks one worker per core when
+the listing holds enough bytes to chunk, else this process (see :mod:`chunkline.dataset.parallelism`; the
+run logs which and why). A run in this process with no Beam argument at all starts no runner and imports
+no Beam: it calls the steps the transforms' DoFns are made of (:mod:`chunkline.dataset.in_process`), which
+stage the same files, without the cost of building and running a pipeline. Given any Beam argument
+(``--runner FnApiRunner`` among them), the run builds the Beam pipeline: on the FnApiRunner in this process
+or its worker processes unless ``--runner`` names another runner, which is passed through unchanged
+(``--runner DataflowRunner --project ... --region ...``; the workers then need the chunkline package, see
+the README on distributed runners). Beam's default DirectRunner is never used, as it first tries to
+download a Prism binary. The manifest's ``rebuild.runner`` says which ran (``none`` for this process
+without Beam).
 """
 
 from __future__ import annotations
@@ -45,7 +51,8 @@ from fsspec.registry import get_filesystem_class
 
 from chunkline.dataset.in_process import stage_run_in_process
 from chunkline.dataset.inputs import glob_root
-from chunkline.dataset.parallelism import choose_workers
+from chunkline.dataset.layout import staging_url
+from chunkline.dataset.listing import write_listing
 from chunkline.dataset.publish import (
     OutputState,
     acquire_output_lock,
@@ -65,13 +72,13 @@ from chunkline.dataset.staged import (
     staged_counts,
 )
 from chunkline.dataset.storage import scrub_secrets
-from chunkline.pipelines.forked_workers import WorkerForkServer, start_fork_server
 from chunkline.settings import ConfigError
 
 if TYPE_CHECKING:  # Beam is imported only by a run that builds a pipeline
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
+    from chunkline.pipelines.forked_workers import WorkerForkServer
     from chunkline.transforms import ChunkMarkdown, ReadMarkdown, WriteChunkDataset
 
 __all__ = [
@@ -181,20 +188,59 @@ def _runner_given(beam_args: list[str]) -> bool:
     return any(argument == "--runner" or argument.startswith("--runner=") for argument in beam_args)
 
 
-def _with_workers_chosen(config: RunConfig, plan: RebuildPlan, beam_args: list[str]) -> RunConfig:
-    """``config`` with ``run.workers`` settled for the FnApiRunner: as given, or for ``auto`` from the
-    bytes the plan reads (see :func:`~chunkline.dataset.parallelism.choose_workers`); logged in one line.
-    A user's ``--runner`` runs as it is told."""
+def _runner_name(beam_args: list[str]) -> str:
+    """The runner a Beam pipeline of this run runs on: the user's ``--runner``, else the FnApiRunner."""
+    for index, argument in enumerate(beam_args):
+        if argument.startswith("--runner="):
+            return argument.split("=", 1)[1]
+        if argument == "--runner" and index + 1 < len(beam_args):
+            return beam_args[index + 1]
+    return "FnApiRunner"
+
+
+@dataclass(frozen=True)
+class _Execution:
+    """How a run chunks and stages its documents: without a runner, or on a Beam pipeline."""
+
+    config: RunConfig
+    """The run's config, ``run.workers`` settled when the FnApiRunner or this process runs it."""
+    runner: str
+    """``none`` (this process, no Beam), ``FnApiRunner`` or the user's ``--runner``: the manifest's
+    ``rebuild.runner``."""
+
+    @property
+    def without_runner(self) -> bool:
+        return self.runner == "none"
+
+
+def _execution(config: RunConfig, plan: RebuildPlan, beam_args: list[str]) -> _Execution:
+    """Whether the run starts a runner, and ``run.workers`` settled (as given, or for ``auto`` from the
+    bytes the plan reads, see :func:`~chunkline.dataset.parallelism.choose_workers`), logged in one line.
+
+    An incremental run with at most ``run.in_process_max_documents`` documents to chunk, and a run that
+    chunks in this process (``run.workers`` 0 or ``auto`` choosing it) without any Beam argument, start no
+    runner. A user's ``--runner`` runs as it is told."""
+    if plan.incremental and len(plan.to_chunk) <= config.run.in_process_max_documents:
+        return _Execution(config, "none")
     if _runner_given(beam_args):
-        return config
+        return _Execution(config, _runner_name(beam_args))
+    from chunkline.dataset.parallelism import choose_workers  # a run that chunks little never chooses
+
     choice = choose_workers(
         config.run.workers,
         plan.to_chunk if plan.listed else [],
         output_url=config.output.url or "",
         max_file_bytes=config.input.max_file_bytes,
     )
-    logger.info("chunkline: running %s", choice.describe())
-    return replace(config, run=replace(config.run, workers=choice.workers))
+    config = replace(config, run=replace(config.run, workers=choice.workers))
+    if choice.workers == 0 and not beam_args:
+        logger.info("chunkline: running in-process without Beam (%s)", choice.reason)
+        return _Execution(config, "none")
+    if choice.workers == 0:
+        logger.info("chunkline: running in-process on Beam's FnApiRunner (%s; Beam options given)", choice.reason)
+    else:
+        logger.info("chunkline: running %s", choice.describe())
+    return _Execution(config, "FnApiRunner")
 
 
 def _pipeline_options(
@@ -244,11 +290,18 @@ def _transforms(
     from chunkline.transforms import ChunkMarkdown, ReadMarkdown, WriteChunkDataset
 
     # The driver's listing, when it made one, is what the pipeline reads: the guard and the plan judged it,
-    # and a second listing in the pipeline could see another input (a folder unmounted in between). On a
-    # distributed runner the listing travels in the job's graph, as an incremental run's plan always has.
-    matched = plan.to_chunk if plan.listed else None
+    # and a second listing in the pipeline could see another input (a folder unmounted in between). It is
+    # staged beside the run's other files, so that only its URL travels in the job's graph.
+    listing_url = None
+    if plan.listed:
+        listing_url = write_listing(
+            staging_url(config.output.url or "", run_id),
+            plan.to_chunk,
+            config.output.storage_options,
+            tuple(config.secrets()),
+        )
     return (
-        ReadMarkdown(config, matched=matched),
+        ReadMarkdown(config, listing_url=listing_url, listing_storage_options=dict(config.output.storage_options)),
         ChunkMarkdown(config),
         # Staged only: the driver holds the lock and publishes once the pipeline succeeded.
         WriteChunkDataset(config, plan=plan, run_id=run_id, publish=False),
@@ -265,8 +318,8 @@ def build_pipeline(pipeline: beam.Pipeline, config: RunConfig, run_id: str, plan
 
 
 def _run_in_process(config: RunConfig, run_id: str, plan: RebuildPlan) -> None:
-    """An incremental run's few documents through the steps the transforms' DoFns are made of, without
-    starting a runner or importing Beam (:mod:`chunkline.dataset.in_process`)."""
+    """The run's documents through the steps the transforms' DoFns are made of, without starting a runner
+    or importing Beam (:mod:`chunkline.dataset.in_process`)."""
     stage_run_in_process(config, run_id, plan)
 
 
@@ -381,7 +434,7 @@ def _publish(
     config: RunConfig,
     run_id: str,
     plan: RebuildPlan,
-    in_process: bool,
+    runner: str,
     pipeline_seconds: float,
     counts: dict[str, int],
     changes: dict[str, int],
@@ -389,7 +442,13 @@ def _publish(
     previous_kept: tuple[str, ...] | None = None,
 ):
     fields = run_manifest_fields(
-        config, plan, in_process=in_process, pipeline_seconds=pipeline_seconds, counts=counts, changes=changes
+        config,
+        plan,
+        in_process=runner == "none",
+        pipeline_seconds=pipeline_seconds,
+        counts=counts,
+        changes=changes,
+        runner=runner,
     )
     return publish_run(
         config.output.url or "",
@@ -435,6 +494,14 @@ def _may_fork_workers(fork_workers: bool) -> bool:
     return fork_workers and not _pipelines_started_here and threading.active_count() == 1
 
 
+def start_fork_server() -> WorkerForkServer:
+    """:func:`chunkline.pipelines.forked_workers.start_fork_server`, imported only by a run that forks its
+    worker processes (a run chunked in process never does)."""
+    from chunkline.pipelines.forked_workers import start_fork_server as start
+
+    return start()
+
+
 def run_pipeline(config: RunConfig, beam_args: list[str] | None = None, *, fork_workers: bool = False) -> RunSummary:
     """Run the pipeline for ``config`` and publish its snapshot; returns the run's summary.
 
@@ -463,11 +530,12 @@ def run_pipeline(config: RunConfig, beam_args: list[str] | None = None, *, fork_
         logger.info("chunkline: run %s, %s rebuild: %s", run_id, plan.mode, plan.reason)
         if plan.documents_before is not None and plan.documents_deleted is not None:
             refuse_mass_deletion(config, plan.documents_deleted, plan.documents_before, plan)
-        in_process = plan.incremental and len(plan.to_chunk) <= config.run.in_process_max_documents
+        execution = _execution(config, plan, list(beam_args or []))
+        config = execution.config
+        in_process = execution.without_runner
         if not in_process:
             import apache_beam as beam
 
-            config = _with_workers_chosen(config, plan, list(beam_args or []))
             if not _runner_given(list(beam_args or [])) and config.run.workers > 0:
                 fork_server = start_fork_server() if _may_fork_workers(fork_workers) else None
                 logger.info(
@@ -499,7 +567,7 @@ def run_pipeline(config: RunConfig, beam_args: list[str] | None = None, *, fork_
             before = changes["deleted"] + changes["changed"] + changes["unchanged"]
             refuse_mass_deletion(config, changes["deleted"], before, plan)
             published = _publish(
-                config, run_id, plan, in_process, pipeline_seconds, counts, changes, lock, previous.output.kept
+                config, run_id, plan, execution.runner, pipeline_seconds, counts, changes, lock, previous.output.kept
             )
         except BaseException:
             if published_snapshot(config) != run_id:  # failed before the commit point: nothing of it is visible
@@ -510,7 +578,8 @@ def run_pipeline(config: RunConfig, beam_args: list[str] | None = None, *, fork_
             fork_server.close()
         lock.release()
     total_seconds = time.perf_counter() - started
-    errors = read_dataset(output_url, "errors", storage_options=storage_options).to_pylist()
+    # The staged files were counted: a snapshot without error rows has none to read back.
+    errors = read_dataset(output_url, "errors", storage_options=storage_options).to_pylist() if counts["errors"] else []
     figures = _summary_figures(metric_counts, counts)
     return RunSummary(
         output_url=output_url,

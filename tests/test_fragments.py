@@ -411,3 +411,31 @@ def test_generated_markdown_keeps_the_contract_and_leaves_no_fragment_that_fits(
     assert_protected_blocks_whole(text, chunks, max_tokens, get_token_counter())
     assert_no_fragment_could_have_merged(text, chunks, config)
     assert chunk_markdown(text, config, doc_id="doc.md") == chunks
+
+
+# --------------------------------------------------------------------------------------------------
+# Work that grows with the document, not with its square
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", MERGING)
+def test_a_document_of_headings_alone_is_looked_at_about_once_per_character(name, monkeypatch):
+    """Packing thousands of one-line headings into chunks reads each range's characters a bounded number of
+    times: a run that grows one heading at a time is not rescanned at every step."""
+    from chunkline import fragments as fragments_module
+
+    scanned_chars = 0
+    kind_of_range = fragments_module._FragmentMerger._kind
+
+    def counting_kind(self, start, end):
+        nonlocal scanned_chars
+        scanned_chars += end - start
+        return kind_of_range(self, start, end)
+
+    monkeypatch.setattr(fragments_module._FragmentMerger, "_kind", counting_kind)
+    text = "".join(f"## Release notes for version {number}.{number % 7}\n\n" for number in range(3000))
+    config = config_for(name, max_tokens=512, min_tokens=128)
+    chunks = chunk_markdown(text, config)
+    assert_invariants(text, chunks, config)
+    assert len(chunks) < 3000 // 10, "the headings were packed together"
+    assert scanned_chars <= 4 * len(text), f"{scanned_chars:,} characters looked at for a {len(text):,}-character text"

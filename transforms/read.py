@@ -19,6 +19,7 @@ from chunkline.dataset import inputs
 from chunkline.dataset.bundle import run_bundle
 from chunkline.dataset.file_reader import MatchedFileReader
 from chunkline.dataset.inputs import SourceFile
+from chunkline.dataset.listing import largest_first, read_listing
 from chunkline.dataset.settings import InputConfig, RunConfig
 
 __all__ = ["ReadMarkdown"]
@@ -39,17 +40,15 @@ class _ReadFileFn(MatchedFileReader, beam.DoFn):
     """:class:`~chunkline.dataset.file_reader.MatchedFileReader` as a Beam step."""
 
 
-def _largest_first(matched: list[tuple[str, list[SourceFile]]]) -> list[tuple[str, list[SourceFile]]]:
-    """The listed documents, largest first (then by doc_id). The FnApiRunner deals a stage's elements out to
-    its worker processes in turn, each worker one share; dealt in this order, the shares' bytes differ by
-    less than the largest file, so the workers finish their reads and chunking together. Unknown sizes go
-    last. (The output does not depend on it: the merges sort every row.)"""
+class _ListedDocumentsFn(beam.DoFn):
+    """The documents of a listing staged by :func:`chunkline.dataset.listing.write_listing`, in its order."""
 
-    def size(pair: tuple[str, list[SourceFile]]) -> int:
-        files = pair[1]
-        return -1 if not files or files[0].size_bytes is None else files[0].size_bytes
+    def __init__(self, storage_options: dict | None, secrets: tuple[str, ...]):
+        self._storage_options = storage_options
+        self._secrets = secrets
 
-    return sorted(matched, key=lambda pair: (-size(pair), pair[0]))
+    def process(self, listing_url: str) -> Iterator[tuple[str, list[SourceFile]]]:
+        yield from read_listing(listing_url, self._storage_options, self._secrets)
 
 
 class ReadMarkdown(beam.PTransform):
@@ -68,13 +67,18 @@ class ReadMarkdown(beam.PTransform):
 
     With ``matched`` (``(doc_id, matched files)`` pairs already listed by the driver: every document of a
     full run, the changed ones of an incremental run) only those documents are read, spread over the
-    workers by a reshuffle; without it the transform lists the inputs itself."""
+    workers by a reshuffle; without it the transform lists the inputs itself. ``listing_url``, the same
+    pairs staged by :func:`chunkline.dataset.listing.write_listing` (which orders them as
+    :func:`~chunkline.dataset.listing.largest_first` does), keeps a long list out of the job's graph: only the URL travels in it, read with
+    ``listing_storage_options``."""
 
     def __init__(
         self,
         inputs: RunConfig | InputConfig | str | Sequence[str] = (),
         secrets: tuple[str, ...] = (),
         matched: list[tuple[str, list[SourceFile]]] | None = None,
+        listing_url: str | None = None,
+        listing_storage_options: dict | None = None,
     ):
         super().__init__()
         if isinstance(inputs, RunConfig):
@@ -89,6 +93,8 @@ class ReadMarkdown(beam.PTransform):
         self._config = config
         self._secrets = tuple(secrets)
         self._matched = matched
+        self._listing_url = listing_url
+        self._listing_storage_options = listing_storage_options
 
     def expand(self, pipeline: beam.pvalue.PBegin | beam.PCollection[str]) -> beam.PCollection[SourceFile]:
         if isinstance(pipeline, beam.PCollection):
@@ -99,12 +105,19 @@ class ReadMarkdown(beam.PTransform):
                 | "GroupByDocId" >> beam.GroupByKey()
             )
             return grouped | "ReadFiles" >> beam.ParDo(_ReadFileFn(self._config, self._secrets, by_url=True))
-        if not self._config.paths and self._matched is None:
+        if not self._config.paths and self._matched is None and self._listing_url is None:
             raise ValueError("ReadMarkdown needs at least one input path (or a PCollection of URLs)")
-        if self._matched is not None:
+        if self._listing_url is not None:
             grouped = (
                 pipeline
-                | "MatchedFiles" >> beam.Create(_largest_first(self._matched), reshuffle=False)
+                | "Listing" >> beam.Create([self._listing_url], reshuffle=False)
+                | "ListedFiles" >> beam.ParDo(_ListedDocumentsFn(self._listing_storage_options, self._secrets))
+                | "SpreadReads" >> beam.Reshuffle()
+            )
+        elif self._matched is not None:
+            grouped = (
+                pipeline
+                | "MatchedFiles" >> beam.Create(largest_first(self._matched), reshuffle=False)
                 | "SpreadReads" >> beam.Reshuffle()
             )
         else:

@@ -10,8 +10,8 @@ planning (:mod:`~chunkline.dataset.rebuild`). The Beam transforms call these; no
 The steps of a run are here too, as classes with a runner's lifecycle (:mod:`~chunkline.dataset.bundle`):
 reading a matched file (:mod:`~chunkline.dataset.file_reader`), chunking a document into its rows
 (:mod:`~chunkline.dataset.document_rows`), spilling rows and merging a shard (:mod:`~chunkline.dataset.sink`).
-The Beam DoFns subclass them; a small incremental run calls them in process without Beam
-(:mod:`~chunkline.dataset.in_process`).
+The Beam DoFns subclass them; a run in this process without Beam arguments (and a small incremental run)
+calls them directly, without Beam (:mod:`~chunkline.dataset.in_process`).
 """
 
 from chunkline.dataset.publish import dataset_files, list_snapshots, read_dataset, read_manifest, snapshots_after

@@ -32,12 +32,24 @@ from chunkline.schemas import FrontMatterColumn, table_schemas
 from chunkline.structure import parse_markdown
 from chunkline.tokenizers import counter_for
 
-__all__ = ["CHUNKS", "DOCUMENTS", "ERRORS", "DocumentChunker", "DocumentRows"]
+__all__ = ["CHUNKS", "DOCUMENTS", "ERRORS", "ConvertedRows", "DocumentChunker", "DocumentRows"]
 
 CHUNKS, DOCUMENTS, ERRORS = "chunks", "documents", "errors"
 
 DocumentRows = list[tuple[str, dict[str, Any]]]
 """One document's rows: ``(table, row)`` pairs, ``row`` a plain dict of that table's columns."""
+
+
+class ConvertedRows(list):
+    """A chunked document's rows (``(table, row dict)`` pairs, as :data:`DocumentRows`), with ``arrays``: the
+    same rows already converted to Arrow, one struct array of the table's columns per table. The chunker
+    converts every document it chunks (a value its table cannot hold is the document's error row), and the
+    spill writes those arrays as they are instead of converting the rows a second time."""
+
+    def __init__(self, rows: DocumentRows, arrays: dict[str, pa.StructArray]):
+        super().__init__(rows)
+        self.arrays = arrays
+
 
 logger = logging.getLogger("chunkline")
 
@@ -61,7 +73,9 @@ class DocumentChunker(BundleStep):
 
     def setup(self) -> None:
         self._counter = counter_for(self._config)
-        self._schemas = table_schemas(self._front_matter_columns)
+        self._row_types = {
+            table: pa.struct(list(schema)) for table, (schema, _) in table_schemas(self._front_matter_columns).items()
+        }
         self._documents_done = 0
         self._bytes_done = 0
         self._last_report = time.monotonic()
@@ -152,8 +166,7 @@ class DocumentChunker(BundleStep):
                 ),
             )
             rows.append((DOCUMENTS, document_row))
-        _check_rows_fit_schemas(rows, self._schemas)
-        return rows
+        return ConvertedRows(rows, _rows_as_arrays(rows, self._row_types))
 
     def _promote_front_matter(
         self, source: SourceFile, data: dict[str, Any] | None, rows: list[tuple[str, dict[str, Any]]]
@@ -249,20 +262,21 @@ def _failures_as_problems(stage: str, what_failed: str | None = None) -> Iterato
         raise _Problem(stage, type(error).__name__, message) from None
 
 
-def _check_rows_fit_schemas(
-    rows: list[tuple[str, dict[str, Any]]], schemas: dict[str, tuple[pa.Schema, tuple[str, ...]]]
-) -> None:
-    """Convert the document's rows to Arrow as the writer will (``schemas``: the run's
-    :func:`~chunkline.schemas.table_schemas`), so that a value its table cannot hold is this document's
-    error row here rather than a failed write of a whole shard later."""
+def _rows_as_arrays(rows: DocumentRows, row_types: dict[str, pa.StructType]) -> dict[str, pa.StructArray]:
+    """The document's rows converted to Arrow as the writer stores them (``row_types``: each table's columns
+    as a struct type, from the run's :func:`~chunkline.schemas.table_schemas`), one struct array per table;
+    a value its table cannot hold is this document's error row here rather than a failed write of a whole
+    shard later."""
     by_table: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for table, row in rows:
         by_table[table].append(row)
+    arrays = {}
     for table, table_rows in by_table.items():
         try:
-            pa.Table.from_pylist(table_rows, schema=schemas[table][0])
+            arrays[table] = pa.array(table_rows, type=row_types[table])
         except (pa.ArrowException, TypeError, ValueError, OverflowError) as error:
             detail = " ".join(str(error).split()) or type(error).__name__
             raise _Problem(
                 "chunk", "RowDoesNotFitSchema", f"a {table} row of this document cannot be stored: {detail}"
             ) from None
+    return arrays

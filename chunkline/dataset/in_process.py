@@ -1,10 +1,14 @@
-"""An incremental run's few documents, read, chunked and staged in this process, without a runner.
+"""A run's documents read, chunked and staged in this process, without a runner.
 
-``chunkline run`` takes this path when an incremental plan has at most ``run.in_process_max_documents``
-documents to chunk: it calls the run's steps (:class:`~chunkline.dataset.file_reader.MatchedFileReader`,
+``chunkline run`` takes this path for a run in this process (``run.workers`` 0, or ``auto`` choosing it)
+given no Beam argument, full or incremental, and for an incremental plan with at most
+``run.in_process_max_documents`` documents to chunk whatever the runner: it calls the run's steps
+(:class:`~chunkline.dataset.file_reader.MatchedFileReader`,
 :class:`~chunkline.dataset.document_rows.DocumentChunker`, :class:`~chunkline.dataset.sink.SpillRows` and
 :class:`~chunkline.dataset.sink.MergeShard`, the same classes the Beam DoFns are made of) one after the
 other, so the files it stages are those a pipeline would stage, and neither Beam nor a runner is imported.
+The documents stream through: each is read, chunked and buffered for the spill in turn, and the spill
+writes its buffer out every ``spill_bytes``, so no more of the corpus's rows is held than on a runner.
 Publishing is the caller's.
 """
 

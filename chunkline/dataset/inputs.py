@@ -258,9 +258,11 @@ def _safe_doc_id(path: str, root: str, *, archive: bool = False) -> str | None:
     root = posixpath.normpath(root) if root else ""
     if root and root != ".":
         path = posixpath.normpath(path)
-        if path != root and not path.startswith(root.rstrip("/") + "/"):
+        prefix = root.rstrip("/") + "/"
+        if path != root and not path.startswith(prefix):
             return None
-        relative = posixpath.relpath(path, root)
+        # Both are normalized and ``path`` lies below ``root``: what relpath would give, without its walk.
+        relative = path[len(prefix) :] if path != root else "."
     else:
         if archive and path.startswith(("/", "\\")):
             return None
@@ -298,7 +300,10 @@ def doc_id_of(path: str, root: str, *, archive: bool = False) -> str:
     relative to the root as valid UTF-8 (:func:`utf8_name`), or, for a name that leads out of the root, the
     ``_outside_input/<12 hex>/<name>`` id it is reported under. ``chunkline run`` and ``chunkline chunk``
     both name files with it."""
-    relative = _safe_doc_id(path, root, archive=archive)
+    return _doc_id_of_relative(path, _safe_doc_id(path, root, archive=archive))
+
+
+def _doc_id_of_relative(path: str, relative: str | None) -> str:
     return utf8_name(relative) if relative is not None else _outside_doc_id(path)
 
 
@@ -416,9 +421,10 @@ def _source_files(
 ) -> Iterator[SourceFile]:
     """The ``SourceFile`` of one listed entry (none if the input's include/exclude patterns leave it out)."""
     name = entry.path
-    doc_id = doc_id_of(name, root, archive=archive)
+    relative = _safe_doc_id(name, root, archive=archive)
+    doc_id = _doc_id_of_relative(name, relative)
     # A name that climbs out of the root is never read, but is reported under an id of its own.
-    problem = _outside_problem(name, root) if _safe_doc_id(name, root, archive=archive) is None else None
+    problem = _outside_problem(name, root) if relative is None else None
     source_uri = utf8_name(_source_uri(fs, name, url))
     if entry.kind == "unlisted":
         # Left out only when an exclude pattern covers the folder: its files would be left out anyway.

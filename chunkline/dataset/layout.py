@@ -31,6 +31,7 @@ __all__ = [
     "SUCCESS_NAME",
     "join_path",
     "keep_plan_path",
+    "listing_path",
     "part_name",
     "part_shard",
     "snapshot_url",
@@ -85,3 +86,9 @@ def snapshot_url(output_url: str, snapshot: str) -> str:
 def keep_plan_path(staging_root: str, shard: int) -> str:
     """Where an incremental run's plan for one shard lives (see :mod:`chunkline.dataset.rebuild`)."""
     return f"{staging_root.rstrip('/')}/plan/keep-{shard:05d}.json"
+
+
+def listing_path(staging_root: str) -> str:
+    """Where a run stages the driver's listing of the documents its pipeline reads (see
+    :func:`chunkline.dataset.inputs.write_listing`)."""
+    return f"{staging_root.rstrip('/')}/plan/to-read.jsonl"

@@ -131,7 +131,8 @@ class PublishedDataset:
 
 
 def _empty_part(schema: pa.Schema) -> tuple[str, bytes]:
-    data = parquet_bytes(schema.empty_table(), 1, "zstd")
+    # From no batches: Schema.empty_table() imports pandas, through pyarrow's check for pandas data.
+    data = parquet_bytes(pa.Table.from_batches([], schema=schema), 1, "zstd")
     return part_name(0, data), data
 
 
@@ -750,7 +751,7 @@ def read_dataset(
         raise DamagedDatasetError(_damaged_message(url, manifest["snapshot"], problem, kept))
     if columns is not None:
         schema = pa.schema([schema.field(name) for name in columns], metadata=schema.metadata)
-    result = pa.concat_tables(parts) if parts else schema.empty_table()
+    result = pa.concat_tables(parts) if parts else pa.Table.from_batches([], schema=schema)
     if not as_pandas:
         return result
     frame = result.to_pandas()

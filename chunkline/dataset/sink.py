@@ -112,7 +112,11 @@ def row_size(row: dict[str, Any]) -> int:
 
 
 class SpillRows(BundleStep):
-    """Buffers rows per (table, shard) and spills them to Arrow IPC files in the staging area."""
+    """Buffers rows per (table, shard) and spills them to Arrow IPC files in the staging area.
+
+    A document the chunker converted to Arrow already (:class:`~chunkline.dataset.document_rows.ConvertedRows`)
+    is buffered as its arrays, which a spill concatenates; other rows (a document in error, or rows a
+    pipeline step of its own made) are converted when they are spilled."""
 
     def __init__(self, settings: WriteSettings):
         self._settings = settings
@@ -121,19 +125,39 @@ class SpillRows(BundleStep):
         self._fs, root = url_to_fs(self._settings.staging_url, **(self._settings.storage_options or {}))
         self._spill_root = f"{root.rstrip('/')}/spill"
         self._schemas = self._settings.schemas
+        self._row_types = {table: pa.struct(list(schema)) for table, (schema, _) in self._schemas.items()}
 
     def start_bundle(self) -> None:
         self._rows: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
+        self._arrays: dict[tuple[str, int], list[pa.StructArray]] = defaultdict(list)
         self._buffered_bytes = 0
 
     def process(self, element: list[tuple[str, dict[str, Any]]]) -> Iterator[int]:
-        for table, row in element:
-            if table not in ROW_TABLES:
-                raise ValueError(f"row for unknown table {table!r}")
-            self._rows[(table, shard_of(row["doc_id"], self._settings.shards))].append(row)
-            self._buffered_bytes += row_size(row)
+        arrays = getattr(element, "arrays", None)
+        shard = self._document_shard(element) if arrays is not None else None
+        if shard is None:
+            for table, row in element:
+                if table not in ROW_TABLES:
+                    raise ValueError(f"row for unknown table {table!r}")
+                self._rows[(table, shard_of(row["doc_id"], self._settings.shards))].append(row)
+                self._buffered_bytes += row_size(row)
+        else:
+            for table, array in arrays.items():
+                if table not in ROW_TABLES:
+                    raise ValueError(f"row for unknown table {table!r}")
+                self._arrays[(table, shard)].append(array)
+            self._buffered_bytes += sum(row_size(row) for _, row in element)
         if self._buffered_bytes >= self._settings.spill_bytes:
             yield self._spill()
+
+    def _document_shard(self, element: Any) -> int | None:
+        """The shard of a converted document's rows, all of one ``doc_id`` and converted to this run's
+        columns; None when they are not (a chunker configured with other front-matter columns), and the
+        rows are then converted here."""
+        if any(array.type != self._row_types.get(table) for table, array in element.arrays.items()):
+            return None
+        doc_ids = {row["doc_id"] for _, row in element}
+        return shard_of(doc_ids.pop(), self._settings.shards) if len(doc_ids) == 1 else None
 
     def finish_bundle(self) -> None:
         self._spill()
@@ -141,12 +165,17 @@ class SpillRows(BundleStep):
     def _spill(self) -> int:
         """Write the buffered rows, one file per shard; returns the number of files written."""
         written = 0
-        for (table_name, shard), rows in sorted(self._rows.items()):
-            if not rows:
+        for table_name, shard in sorted(set(self._rows) | set(self._arrays)):
+            pieces = self._arrays.get((table_name, shard), [])
+            rows = self._rows.get((table_name, shard))
+            if rows:
+                # Arrow's typed conversion checks every value against its column's type.
+                pieces = [*pieces, pa.array(rows, type=self._row_types[table_name])]
+            if not pieces:
                 continue
             schema = self._schemas[table_name][0]
-            table = pa.Table.from_pylist(rows, schema=schema)
-            table.validate(full=True)
+            rows_array = pieces[0] if len(pieces) == 1 else pa.concat_arrays(pieces)
+            table = pa.Table.from_arrays(rows_array.flatten(), schema=schema)
             path = f"{self._spill_root}/{table_name}/{shard:05d}/{uuid.uuid4().hex}.arrow"
             sink = io.BytesIO()
             with ipc.new_file(sink, schema) as writer:
@@ -154,6 +183,7 @@ class SpillRows(BundleStep):
             write_file_atomically(self._fs, path, sink.getvalue(), secrets=self._settings.secrets)
             written += 1
         self._rows = defaultdict(list)
+        self._arrays = defaultdict(list)
         self._buffered_bytes = 0
         return written
 

@@ -103,8 +103,9 @@ def change_counts(output_url: str, run_id: str, config: RunConfig) -> dict[str, 
             "read",
             secrets=tuple(config.secrets()),
         )
+        per_kind = _value_counts(part["change"])
         for kind in ("added", "changed", "deleted", "unchanged"):
-            counts[kind] += pc.sum(pc.equal(part["change"], kind)).as_py() or 0
+            counts[kind] += per_kind.get(kind, 0)
         for column in ("chunks_upserted", "chunks_reembedded", "chunks_deleted"):
             counts[column] += pc.sum(part[column]).as_py() or 0
     return counts
@@ -138,17 +139,24 @@ def staged_counts(output_url: str, run_id: str, config: RunConfig) -> dict[str, 
                 secrets=secret_values,
             )
             if table == "documents":
+                per_status = _value_counts(part["status"])
                 for status in ("ok", "error", "skipped"):
-                    counts[f"documents_{status}"] += pc.sum(pc.equal(part["status"], status)).as_py() or 0
+                    counts[f"documents_{status}"] += per_status.get(status, 0)
                 # Bytes read only: a file too large to read has its size in the row, but no content hash.
                 read = pc.is_valid(part["content_sha256"])
-                counts["input_bytes"] += pc.sum(pc.if_else(read, part["size_bytes"], 0)).as_py() or 0
+                counts["input_bytes"] += pc.sum(part["size_bytes"].filter(read)).as_py() or 0
             elif table == "chunks":
                 counts["chunks"] += part.num_rows
                 counts["tokens"] += pc.sum(part["token_count"]).as_py() or 0
             else:
                 counts["errors"] += part.num_rows
     return counts
+
+
+def _value_counts(column) -> dict[str, int]:
+    """How many times each value occurs in ``column``. Counted by pyarrow without a Python value in the
+    call: comparing with a Python string converts it first, and that conversion imports pandas."""
+    return {entry["values"]: entry["counts"] for entry in pc.value_counts(column).to_pylist()}
 
 
 def _read_columns(fs, path: str, columns: list[str]):
@@ -178,14 +186,19 @@ def run_manifest_fields(
     pipeline_seconds: float,
     counts: dict[str, int],
     changes: dict[str, int],
+    runner: str | None = None,
 ) -> dict[str, Any]:
     """What a run's manifest says about it, beside the tables: its config (credentials redacted), the
-    fingerprints the next run compares, how it was rebuilt, its change and row counts, versions, timings."""
+    fingerprints the next run compares, how it was rebuilt (with ``runner``, what ran it: ``none`` for this
+    process without Beam), its change and row counts, versions, timings."""
+    rebuild = {**plan.describe(), "in_process": in_process}
+    if runner is not None:
+        rebuild["runner"] = runner
     return {
         "config": config.to_public_dict(),
         "chunking_fingerprint": config.chunking.fingerprint(),
         "rebuild_fingerprint": rebuild_fingerprint(config),
-        "rebuild": {**plan.describe(), "in_process": in_process},
+        "rebuild": rebuild,
         "changes": changes,
         # No snapshot to compare with: changes/ holds every document as added, and a loader that holds
         # an earlier state must reload in full rather than apply it as a delta.

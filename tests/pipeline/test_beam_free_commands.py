@@ -1,6 +1,7 @@
 """Commands that need no runner start without importing Apache Beam: ``chunkline --help``, ``chunk``,
-``inspect``, and a ``run`` whose incremental plan is small enough to chunk in process. A full run, which
-builds a Beam pipeline, does import it (so the probe below can tell the two apart).
+``inspect``, a ``run`` that chunks in this process without any Beam argument (full or incremental), and
+one whose incremental plan is small enough to chunk in process. A run given a Beam argument builds a Beam
+pipeline and does import it (so the probe below can tell the two apart).
 
 Each command runs in a fresh interpreter, which reports the modules it imported."""
 
@@ -77,13 +78,27 @@ def test_help_and_chunk_do_not_import_beam(tmp_path):
     assert beam == []
 
 
-def test_an_incremental_run_chunked_in_process_does_not_import_beam_and_inspect_neither(tmp_path):
+def test_runs_in_process_without_a_beam_argument_do_not_import_beam_and_inspect_neither(tmp_path):
     corpus = write_corpus(tmp_path / "corpus")
     output = tmp_path / "dataset"
 
+    # A full run of a small corpus: run.workers auto chooses this process, and no runner is started.
     status, beam, encodings, stderr, _ = probe(tmp_path, "run", str(corpus), "--output", str(output))
     assert status == 0, stderr
-    assert "apache_beam" in beam, "a full run builds a Beam pipeline"
+    assert beam == [], f"a full run in process imported {beam[:5]}"
+    assert encodings == 1
+    rebuild = read_manifest(str(output))["rebuild"]
+    assert (rebuild["mode"], rebuild["in_process"], rebuild["runner"]) == ("full", True, "none")
+    assert "chunkline: running in-process without Beam (auto: " in stderr
+    assert sorted(rows_by_doc(output, "chunks")) == sorted(CORPUS)
+
+    # So does --workers 0, and --reindex makes it a full run again.
+    status, beam, _, stderr, _ = probe(
+        tmp_path, "run", str(corpus), "--output", str(output), "--workers", "0", "--reindex"
+    )
+    assert status == 0, stderr
+    assert beam == []
+    assert "chunkline: running in-process without Beam (run.workers is 0)" in stderr
     assert read_manifest(str(output))["rebuild"]["mode"] == "full"
 
     edited = corpus / "guide" / "installation.md"
@@ -107,6 +122,22 @@ def test_an_incremental_run_chunked_in_process_does_not_import_beam_and_inspect_
     status, beam, encodings, stderr, _ = probe(tmp_path, "inspect", str(output))
     assert status == 0, stderr
     assert beam == []
+
+
+@pytest.mark.parametrize(
+    "beam_argument",
+    [["--runner", "FnApiRunner"], ["--direct_running_mode=in_memory"]],
+    ids=["runner", "another-beam-option"],
+)
+def test_a_run_given_a_beam_argument_runs_a_beam_pipeline(tmp_path, beam_argument):
+    corpus = write_corpus(tmp_path / "corpus")
+    output = tmp_path / "dataset"
+    status, beam, _, stderr, _ = probe(tmp_path, "run", str(corpus), "--output", str(output), *beam_argument)
+    assert status == 0, stderr
+    assert "apache_beam" in beam, "a run given a Beam argument builds a Beam pipeline"
+    rebuild = read_manifest(str(output))["rebuild"]
+    assert (rebuild["mode"], rebuild["in_process"], rebuild["runner"]) == ("full", False, "FnApiRunner")
+    assert sorted(rows_by_doc(output, "chunks")) == sorted(CORPUS)
 
 
 def test_a_run_with_a_beam_option_still_has_it_checked_by_beam(tmp_path):

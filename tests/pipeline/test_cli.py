@@ -161,19 +161,20 @@ def test_a_small_corpus_runs_in_process_by_default_and_the_log_says_why(corpus, 
     lines = [record.getMessage() for record in caplog.records if record.name == "chunkline"]
     running = [line for line in lines if line.startswith("chunkline: running ")]
     assert running == [
-        f"chunkline: running in-process (auto: {total_megabytes:.1f} MB to chunk, {available_cores()} "
+        f"chunkline: running in-process without Beam (auto: {total_megabytes:.1f} MB to chunk, {available_cores()} "
         f"core{'s' if available_cores() != 1 else ''}: "
         + ("one core" if available_cores() < 2 else "under the 8 MB that pay for worker processes")
         + ")"
     ]
     # What ran is what the manifest records.
     assert manifest(output)["config"]["run"]["workers"] == 0
+    assert manifest(output)["rebuild"]["runner"] == "none"
 
 
 def test_auto_with_a_memory_output_runs_in_process(corpus, memory_fs, caplog):
     with caplog.at_level(logging.INFO, logger="chunkline"):
         assert main(["run", str(corpus), "--output", "memory://dataset", "--workers", "auto"]) == 0
-    assert "chunkline: running in-process (auto: a memory:// output is this process's memory)" in [
+    assert "chunkline: running in-process without Beam (auto: a memory:// output is this process's memory)" in [
         record.getMessage() for record in caplog.records
     ]
     assert any(path.endswith("/_SUCCESS") for path in memory_fs.store)

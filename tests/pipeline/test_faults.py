@@ -30,7 +30,10 @@ import chunkline.registry as registry_module
 import chunkline.transforms.chunk as chunk_module
 import chunkline.transforms.read as read_module
 import chunkline.transforms.write as write_module
+from chunkline.dataset.document_rows import DocumentChunker
+from chunkline.dataset.file_reader import MatchedFileReader
 from chunkline.dataset.inputs import SourceFile
+from chunkline.dataset.sink import SpillRows
 from chunkline.dataset.storage import StorageError, is_transient_storage_error, with_storage_retries
 from chunkline.schemas import ROW_TABLES
 from chunkline.strategies.headings import HeadingsParams
@@ -127,12 +130,20 @@ class WorkerCrash(RuntimeError):
 
 
 @pytest.mark.parametrize(
-    "dofn",
-    [read_module._ReadFileFn, chunk_module._ChunkDocumentsFn, write_module._SpillRowsFn],
-    ids=["read", "chunk", "spill"],
+    "dofn, beam_args",
+    [
+        (read_module._ReadFileFn, ["--runner", "FnApiRunner"]),
+        (chunk_module._ChunkDocumentsFn, ["--runner", "FnApiRunner"]),
+        (write_module._SpillRowsFn, ["--runner", "FnApiRunner"]),
+        # The same steps called without a runner (a run in this process with no Beam argument).
+        (MatchedFileReader, None),
+        (DocumentChunker, None),
+        (SpillRows, None),
+    ],
+    ids=["read", "chunk", "spill", "read-without-runner", "chunk-without-runner", "spill-without-runner"],
 )
 def test_an_exception_escaping_a_dofn_on_the_nth_element_fails_the_run_and_publishes_nothing(
-    tmp_path, monkeypatch, dofn
+    tmp_path, monkeypatch, dofn, beam_args
 ):
     root = write_corpus(tmp_path / "corpus")
     output = tmp_path / "dataset"
@@ -153,8 +164,8 @@ def test_an_exception_escaping_a_dofn_on_the_nth_element_fails_the_run_and_publi
     with monkeypatch.context() as patch:
         patch.setattr(dofn, "process", crashes_on_the_fourth_element)
         with pytest.raises(Exception, match="lost its worker on element 4"):
-            # Every document through the runner, not just the two edited ones.
-            run([root], output, "run.reindex=true")
+            # Every document, not just the two edited ones.
+            run([root], output, "run.reindex=true", beam_args=beam_args)
     assert len(calls) == 4, "the run went on after the exception"
 
     assert all_file_digests(output) == before, "a failed run changed the published dataset"

@@ -221,17 +221,22 @@ def test_a_front_matter_edit_moves_every_offset_but_changes_no_embedding_unless_
     assert _changes(output)["README.md"]["chunks_reembedded"] == len(before)
 
 
-@pytest.mark.parametrize("in_process_max_documents", [256, 0], ids=["in-process", "runner"])
-def test_the_incremental_result_equals_a_full_rebuild_of_the_same_corpus(corpus, tmp_path, in_process_max_documents):
+@pytest.mark.parametrize(
+    "in_process_max_documents, beam_args", [(256, None), (0, ["--runner", "FnApiRunner"])], ids=["in-process", "runner"]
+)
+def test_the_incremental_result_equals_a_full_rebuild_of_the_same_corpus(
+    corpus, tmp_path, in_process_max_documents, beam_args
+):
     output = tmp_path / "out"
     settings = ("output.shards=3", f"run.in_process_max_documents={in_process_max_documents}")
-    run([corpus], output, *settings)
+    run([corpus], output, *settings, beam_args=beam_args)
     _edit(corpus)
     # Only a modification time moves for another document: its documents row follows, its chunks carry over.
     os.utime(corpus / "README.md", (1_700_000_000, 1_700_000_000))
-    summary = run([corpus], output, *settings)
+    summary = run([corpus], output, *settings, beam_args=beam_args)
     assert summary.rebuild["mode"] == "incremental" and summary.rebuild["documents_chunked"] == 2
-    fresh = run([corpus], tmp_path / "fresh", *settings)
+    assert read_manifest(str(output))["rebuild"]["runner"] == ("FnApiRunner" if beam_args else "none")
+    fresh = run([corpus], tmp_path / "fresh", *settings, beam_args=beam_args)
     assert fresh.rebuild["mode"] == "full"
     for table in ROW_TABLES:
         assert read_dataset(str(output), table).equals(read_dataset(str(tmp_path / "fresh"), table)), table

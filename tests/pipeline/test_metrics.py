@@ -1,10 +1,11 @@
 """The pipeline's Beam metrics (namespace ``chunkline``) are the dataset's counts, and the run summary shows them.
 
-On the FnApiRunner, over a corpus with documents in error (invalid UTF-8, a binary file) and a skipped one (a
+On the FnApiRunner (``--runner FnApiRunner``: without a Beam argument an in-process run starts no runner),
+over a corpus with documents in error (invalid UTF-8, a binary file) and a skipped one (a
 second input holding the same doc_id): the counters equal the published dataset's documents by status, its
 chunk rows, the sum of their token counts and the bytes read, in a full run and in an incremental run whose
 merges carry most documents over; the distributions agree with them; ``chunkline run``'s summary is those
-figures. An incremental run without a runner (in process) has no metrics, and its summary still holds.
+figures. A run without a runner (in process, full or incremental) has no metrics, and its summary still holds.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from .conftest import CORPUS, run, write_corpus, write_files
 pytestmark = pytest.mark.timeout(300)
 
 OVERRIDES = ("max_tokens=96", "overlap_tokens=16", "output.shards=4")
+ON_THE_RUNNER = ["--runner", "FnApiRunner"]
 
 
 @pytest.fixture
@@ -84,7 +86,7 @@ def test_metrics_equal_the_datasets_counts_in_full_and_incremental_runs(
 ):
     root, second = inputs_with_bad_and_duplicate_documents
     output = tmp_path / "out"
-    summary = run([root, second], output, *OVERRIDES)
+    summary = run([root, second], output, *OVERRIDES, beam_args=ON_THE_RUNNER)
     expected = dataset_counts(output)
     # The input is what the test says: bad documents and a skipped one, many chunks.
     assert expected["documents_ok"] == len(CORPUS)
@@ -104,7 +106,7 @@ def test_metrics_equal_the_datasets_counts_in_full_and_incremental_runs(
 
     # Incremental, on the runner: one document edited, the others carried over by the merges.
     (root / "guide" / "installation.md").write_bytes(CORPUS["guide/installation.md"] + b"\n## More\n\nA new section.\n")
-    summary = run([root, second], output, *OVERRIDES, "run.in_process_max_documents=0")
+    summary = run([root, second], output, *OVERRIDES, "run.in_process_max_documents=0", beam_args=ON_THE_RUNNER)
     assert summary.rebuild["mode"] == "incremental"
     expected = dataset_counts(output)
     counters, _ = chunkline_metrics(pipeline_results[-1])
@@ -119,9 +121,15 @@ def test_an_in_process_run_without_metrics_still_sums_up_the_dataset(
 ):
     root, second = inputs_with_bad_and_duplicate_documents
     output = tmp_path / "out"
-    run([root, second], output, *OVERRIDES)
+    # A full run in this process, without a Beam argument, starts no runner either.
+    summary = run([root, second], output, *OVERRIDES)
+    rebuild = read_manifest(str(output))["rebuild"]
+    assert (rebuild["mode"], rebuild["in_process"], rebuild["runner"]) == ("full", True, "none")
+    assert summary_counts(summary) == dataset_counts(output)
+    assert summary.documents_error == 2 and summary.documents_skipped == 1
     (root / "reference" / "glossary.md").write_bytes(CORPUS["reference/glossary.md"] + b"\nberth\n: a mooring.\n")
     summary = run([root, second], output, *OVERRIDES)
-    assert read_manifest(str(output))["rebuild"]["in_process"] is True
-    assert len(pipeline_results) == 1  # only the first run had a runner
+    rebuild = read_manifest(str(output))["rebuild"]
+    assert (rebuild["mode"], rebuild["in_process"], rebuild["runner"]) == ("incremental", True, "none")
+    assert pipeline_results == []  # no runner, no metrics: the summary counted the staged files
     assert summary_counts(summary) == dataset_counts(output)

@@ -1,0 +1,94 @@
+"""A rerun's driver, around its merge, imports no pandas: the rebuild plan reads the previous snapshot's
+documents table as pyarrow would convert it, without pyarrow's own conversion of zoned timestamps, and the
+staged files are counted without Python values in pyarrow's calls (either would import pandas, which pyarrow
+does to see whether a value is a pandas one)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pyarrow as pa
+import pytest
+
+from chunkline.dataset.publish import read_dataset, read_manifest
+from chunkline.dataset.rebuild import _PLANNED_COLUMNS, _previous_rows
+
+from .conftest import CORPUS, run, write_corpus
+
+pytestmark = pytest.mark.timeout(300)
+
+EDITED = "guide/installation.md"
+
+# The steps the driver of a rerun runs around its merge, in a fresh interpreter: the lock, the check of the
+# published snapshot, reading its documents, listing, hashing and planning, the shard plans, and counting a
+# snapshot's staged files for its manifest (the published one stands in for the staged one). Reports the
+# plan, the counts and whether pandas was imported on the way.
+DRIVER_PROBE = """
+import json, sys
+from chunkline.dataset.layout import staging_url
+from chunkline.dataset.publish import acquire_output_lock, read_dataset, read_manifest, verify_output
+from chunkline.dataset.rebuild import list_inputs, plan_rebuild, write_shard_plans
+from chunkline.dataset.settings import load_run_config
+from chunkline.dataset.staged import change_counts, run_manifest_fields, staged_counts
+config = load_run_config(None, [], environ={}, inputs=[sys.argv[1]], output=sys.argv[2])
+lock = acquire_output_lock(sys.argv[2], "probe-run", {})
+state = verify_output(sys.argv[2])
+documents = read_dataset(sys.argv[2], "documents", columns=["doc_id", "source_uri", "status", "content_sha256", "modified_time"])
+plan = plan_rebuild(config, state.manifest, documents, list_inputs(config))
+write_shard_plans(plan, config, staging_url(sys.argv[2], "probe-run"))
+published = read_manifest(sys.argv[2])["snapshot"]
+counts = staged_counts(sys.argv[2], published, config)
+changes = change_counts(sys.argv[2], published, config)
+run_manifest_fields(config, plan, in_process=True, pipeline_seconds=0.0, counts=counts, changes=changes)
+lock.verify()
+lock.release()
+print(json.dumps({"mode": plan.mode, "to_chunk": [doc_id for doc_id, _ in plan.to_chunk], "carried": len(plan.carried),
+                  "counts": counts, "changes": changes, "pandas": "pandas" in sys.modules}))
+"""
+
+
+@pytest.fixture
+def published(tmp_path):
+    """(corpus, output) after a full run of the corpus."""
+    corpus = write_corpus(tmp_path / "corpus")
+    output = tmp_path / "dataset"
+    run([corpus], output)
+    return corpus, output
+
+
+def test_the_previous_rows_are_those_pyarrow_converts(published):
+    _, output = published
+    documents = read_dataset(str(output), "documents")
+    expected = documents.select(list(_PLANNED_COLUMNS)).to_pylist()
+    assert _previous_rows(documents) == expected
+    assert all(row["modified_time"].utcoffset().total_seconds() == 0 for row in _previous_rows(documents))
+    # A storage that reports no modification time leaves it null.
+    position = documents.schema.get_field_index("modified_time")
+    times = documents.column("modified_time").to_pylist()
+    unknown = documents.set_column(
+        position, documents.schema.field(position), pa.array([None, *times[1:]], documents.schema.field(position).type)
+    )
+    rows = _previous_rows(unknown)
+    assert rows[0]["modified_time"] is None and rows == unknown.select(list(_PLANNED_COLUMNS)).to_pylist()
+
+
+def test_the_driver_steps_of_a_rerun_import_no_pandas(published):
+    corpus, output = published
+    (corpus / EDITED).write_bytes(CORPUS[EDITED] + b"\n\nOne more paragraph to chunk.\n")
+    completed = subprocess.run(
+        [sys.executable, "-c", DRIVER_PROBE, str(corpus), str(output)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    report = json.loads(completed.stdout.strip().splitlines()[-1])
+    assert (report["mode"], report["to_chunk"]) == ("incremental", [EDITED])
+    documents = read_dataset(str(output), "documents")
+    assert report["carried"] == documents.num_rows - 1
+    manifest = read_manifest(str(output))
+    assert report["counts"] == manifest["counts"] and report["changes"] == manifest["changes"]
+    assert not report["pandas"], "a step of the rerun's driver imported pandas"
