@@ -10,6 +10,11 @@ table's key (``doc_id``, ``chunk_index`` for chunks) and writes one zstd Parquet
 carries a hash of its bytes: ``part-00003-1f2e3d4c5b6a7980.parquet``. The same rows always give the same
 bytes and the same name, whatever the runner, the bundling or the number of workers.
 
+The merge of a shard's chunks is bounded (see :mod:`chunkline.dataset.merge`): it sorts the key columns
+alone and writes the part one row group at a time, so it holds about one row group (``output.row_group_rows``
+rows, or the whole shard when it has fewer) rather than every spilled row and a sorted copy. Raising
+``output.shards`` with the corpus keeps each shard, and so each merge, small.
+
 With a previous snapshot (``WriteSettings.previous``) the merge also writes the shard's ``changes/``
 tables: the chunk rows to upsert and the chunk ids to delete, found by comparing the shard's rows with the
 previous snapshot's. In an incremental run only the documents that changed were chunked; the run's plan

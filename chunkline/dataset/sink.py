@@ -10,12 +10,14 @@ the pipeline's metrics, and a run too small to start a runner for calls them dir
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import io
 import posixpath
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -27,13 +29,19 @@ from fsspec.core import url_to_fs
 from chunkline.dataset.bundle import BundleStep, run_bundle
 from chunkline.dataset.layout import part_name, part_shard, snapshot_url, staging_url
 from chunkline.dataset.merge import (
+    PartWriter,
     PreviousSnapshot,
     ShardPlan,
-    chunk_changes,
+    chunk_deletes,
+    chunk_upserts,
     documents_changes,
+    not_carried,
     read_shard_plan,
+    release_freed_memory,
     shard_of,
     sorted_unique,
+    sorted_unique_row_groups,
+    system_allocations,
     with_modified_times,
 )
 from chunkline.dataset.publish import verify_part
@@ -180,9 +188,28 @@ class SpillRows(BundleStep):
         return written
 
 
+@dataclass
+class _ChunkCounts:
+    """Per doc_id, a shard's chunk upserts, deletes and upserts to embed again (for ``changes/documents``)."""
+
+    upserted: Counter = field(default_factory=Counter)
+    deleted: Counter = field(default_factory=Counter)
+    reembedded: Counter = field(default_factory=Counter)
+
+
 class MergeShard(BundleStep):
     """Merges one shard: its spill files and the rows carried over from the previous snapshot become one
-    sorted, de-duplicated, content-named Parquet file per table, plus the shard's ``changes/`` tables."""
+    sorted, de-duplicated, content-named Parquet file per table, plus the shard's ``changes/`` tables.
+
+    Memory: ``chunks`` (and with it ``changes/upserts``) is merged one output row group at a time
+    (:func:`~chunkline.dataset.merge.sorted_unique_row_groups`, :class:`~chunkline.dataset.merge.PartWriter`):
+    the merge holds the shard's key columns, one spill file and about 1.2 row groups of chunk rows, where a
+    row group is ``output.row_group_rows`` rows or the whole shard when the shard has fewer, so either a
+    smaller ``output.row_group_rows`` or more ``output.shards`` bounds it (both change the part files). An
+    incremental or compared run also holds the previous part's rows of the shard. ``documents`` and
+    ``errors`` (one row per document) are merged whole. The price is reading each chunks spill file again
+    for each row group and group of columns (twice for a shard of up to 16 MB of rows in one row group, at
+    most five times a row group): on object storage, as many GETs."""
 
     def __init__(self, settings: WriteSettings):
         self._settings = settings
@@ -209,24 +236,18 @@ class MergeShard(BundleStep):
             yield from self._copy_untouched(shard, plan, previous_parts)
             return
         carried_ids = pa.array(sorted(plan.modified_times) if plan else [], pa.string())
-        # Chunks first, and their rows let go before the other tables: a shard of a full rebuild holds a
-        # share of the whole corpus, and the merge should hold it once.
-        previous_chunks, chunks = self._merge_table("chunks", shard, previous_parts, carried_ids, plan)
-        yield from self._write("chunks", shard, chunks)
-        upserts, deletes = chunk_changes(previous_chunks, chunks, carried_ids)
-        if self._columns_changed:
-            # The previous rows had other front-matter columns: a store's copy of every chunk lacks one or
-            # holds one no longer written, so every chunk is an upsert (as against an empty snapshot).
-            upserts = chunk_changes(previous_chunks.slice(0, 0), chunks, carried_ids)[0]
-        upserts_schema = self._schemas["changes/upserts"][0]
-        upserts = upserts.select(upserts_schema.names).cast(upserts_schema)  # the columns in the schema's order
-        del previous_chunks, chunks
-        yield from self._write("changes/upserts", shard, upserts)
-        yield from self._write("changes/deletes", shard, deletes)
-        upserted = Counter(upserts.column("doc_id").to_pylist())
-        deleted = Counter(deletes.column("doc_id").to_pylist())
-        reembedded = Counter(upserts.filter(upserts.column("embedding_changed")).column("doc_id").to_pylist())
-        del upserts, deletes
+        # Chunks first, row group by row group (see chunkline.dataset.merge): a shard of a full rebuild holds
+        # a share of the whole corpus, and the merge holds one row group of it at a time.
+        counts = _ChunkCounts()
+        # A full rebuild's shard is a share of the whole corpus: its merge starts by giving back what the
+        # chunking (or the previous shard's merge) freed and allocates from the system allocator, which
+        # gives large buffers back when freed. An incremental run's merges, small and timed against a full
+        # run, skip both (a millisecond a shard, and pyarrow's pool is the faster one).
+        full_rebuild = not self._settings.incremental
+        if full_rebuild:
+            release_freed_memory()
+        with system_allocations() if full_rebuild else contextlib.nullcontext():
+            yield from self._merge_chunks(shard, previous_parts, carried_ids, counts)
         previous_documents, documents = self._merge_table("documents", shard, previous_parts, carried_ids, plan)
         yield from self._write("documents", shard, documents)
         _, errors = self._merge_table("errors", shard, previous_parts, carried_ids, plan)
@@ -234,8 +255,59 @@ class MergeShard(BundleStep):
         yield from self._write(
             "changes/documents",
             shard,
-            documents_changes(previous_documents, documents, upserted, deleted, reembedded),
+            documents_changes(previous_documents, documents, counts.upserted, counts.deleted, counts.reembedded),
         )
+
+    def _merge_chunks(
+        self, shard: int, previous_parts: dict[str, list[str]], carried_ids: pa.Array, counts: _ChunkCounts
+    ) -> Iterator[str]:
+        """Write the shard's ``chunks``, ``changes/upserts`` and ``changes/deletes`` parts, one row group of
+        chunks at a time, and count each document's upserts, deletes and upserts to embed again."""
+        schema, key = self._schemas["chunks"]
+        upserts_schema = self._schemas["changes/upserts"][0]
+        previous = self._read_previous("chunks", shard, previous_parts)
+        carried = previous.filter(pc.is_in(previous.column("doc_id"), value_set=carried_ids))
+        old_chunks = not_carried(previous, carried_ids)
+        del previous
+        # The previous rows had other front-matter columns: a store's copy of every chunk lacks one or holds
+        # one no longer written, so every chunk is an upsert (as against an empty snapshot).
+        compared_with = old_chunks.slice(0, 0) if self._columns_changed else old_chunks
+        sources = [lambda: carried] + [
+            functools.partial(self._read_spill, path) for path in self._spill_paths("chunks", shard)
+        ]
+        row_group_rows, compression = self._settings.row_group_rows, self._settings.compression
+        chunks_part = PartWriter(schema, row_group_rows, compression)
+        upserts_part = PartWriter(upserts_schema, row_group_rows, compression)
+        new_chunk_ids = []
+        try:
+            for rows in sorted_unique_row_groups(sources, schema, key, row_group_rows):
+                chunks_part.write(rows)
+                new_chunks = not_carried(rows, carried_ids)
+                del rows
+                new_chunk_ids.append(new_chunks.column("chunk_id"))
+                upserts = chunk_upserts(compared_with, new_chunks)
+                del new_chunks
+                upserts = upserts.select(upserts_schema.names).cast(upserts_schema)  # in the schema's order
+                counts.upserted.update(upserts.column("doc_id").to_pylist())
+                # The doc_ids alone: a filter of the whole table would copy the row group.
+                counts.reembedded.update(
+                    pc.filter(upserts.column("doc_id"), upserts.column("embedding_changed")).to_pylist()
+                )
+                upserts_part.write(upserts)
+                del upserts
+            carried = sources = None  # the carried rows are written: let them go
+            chunks_part.end_rows()
+            upserts_part.end_rows()
+            yield from self._write_part("chunks", shard, chunks_part.finish())
+            yield from self._write_part("changes/upserts", shard, upserts_part.finish())
+        finally:
+            chunks_part.close()
+            upserts_part.close()
+        ids = pa.chunked_array([ids for column in new_chunk_ids for ids in column.chunks], pa.string())
+        deletes = chunk_deletes(old_chunks, ids)
+        del old_chunks, compared_with
+        counts.deleted.update(deletes.column("doc_id").to_pylist())
+        yield from self._write("changes/deletes", shard, deletes)
 
     def _merge_table(
         self,
@@ -300,20 +372,32 @@ class MergeShard(BundleStep):
         verify_part(storage_url(self._fs, path), data)
         return data
 
+    def _spill_paths(self, table_name: str, shard: int) -> list[str]:
+        folder = f"{self._staging_root}/spill/{table_name}/{shard:05d}"
+        return sorted(list_files(self._fs, folder, self._settings.secrets))
+
+    def _read_spill(self, path: str) -> pa.Table:
+        data = read_file_bytes(self._fs, path, secrets=self._settings.secrets)
+        return ipc.open_file(pa.BufferReader(data)).read_all()
+
     def _read_spills(self, table_name: str, shard: int) -> pa.Table:
         schema = self._schemas[table_name][0]
-        folder = f"{self._staging_root}/spill/{table_name}/{shard:05d}"
-        spill_paths = list_files(self._fs, folder, self._settings.secrets)
         tables = [schema.empty_table()]
-        for path in sorted(spill_paths):
-            data = read_file_bytes(self._fs, path, secrets=self._settings.secrets)
-            tables.append(ipc.open_file(pa.BufferReader(data)).read_all())
+        for path in self._spill_paths(table_name, shard):
+            tables.append(self._read_spill(path))
         return pa.concat_tables(tables)
 
     def _write(self, table_name: str, shard: int, table: pa.Table) -> Iterator[str]:
         if not table.num_rows:
             return
-        data = parquet_bytes(table, self._settings.row_group_rows, self._settings.compression)
+        yield from self._write_part(
+            table_name, shard, parquet_bytes(table, self._settings.row_group_rows, self._settings.compression)
+        )
+
+    def _write_part(self, table_name: str, shard: int, data: bytes) -> Iterator[str]:
+        """Write a part's bytes under its content name (no part for no rows)."""
+        if not data:
+            return
         path = f"{self._snapshot_root}/{table_name}/{part_name(shard, data)}"
         write_file_atomically(self._fs, path, data, secrets=self._settings.secrets)
         yield path

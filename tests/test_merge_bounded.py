@@ -1,0 +1,286 @@
+"""The bounded merge of a shard's chunks equals the whole-table merge, byte for byte, and stays bounded.
+
+The reference is the straightforward merge: concatenate every source, sort by the key and drop repeated keys
+(:func:`sorted_unique`), diff against the previous rows (:func:`chunk_changes`) and write each table whole
+(:func:`parquet_bytes`). The bounded merge (:func:`sorted_unique_row_groups`, :class:`PartWriter`,
+:func:`chunk_upserts` per row group, :func:`chunk_deletes` from the new chunk ids) must give the same rows
+and the same part bytes, on random shards with the copies a retried bundle spills twice and with rows
+carried over from a previous snapshot.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from chunkline.dataset.bundle import run_bundle
+from chunkline.dataset.merge import (
+    PartWriter,
+    chunk_changes,
+    chunk_deletes,
+    chunk_upserts,
+    not_carried,
+    shard_of,
+    sorted_unique,
+    sorted_unique_row_groups,
+    system_allocations,
+)
+from chunkline.dataset.sink import MergeShard, SpillRows, WriteSettings
+from chunkline.dataset.storage import parquet_bytes
+from chunkline.schemas import TABLE_SCHEMAS
+
+CHUNKS_SCHEMA, CHUNKS_KEY = TABLE_SCHEMAS["chunks"]
+UPSERTS_SCHEMA = TABLE_SCHEMAS["changes/upserts"][0]
+
+
+def chunk_row(doc_id: str, chunk_index: int, text: str, heading: str = "Intro") -> dict:
+    """A chunk row of the real schema whose columns follow from its document, index and text."""
+    embed_text = f"{heading}\n\n{text}"
+    return {
+        "chunk_id": f"{doc_id}#{chunk_index}",
+        "chunk_uuid": hashlib.sha256(f"{doc_id}#{chunk_index}".encode()).hexdigest()[:32],
+        "doc_id": doc_id,
+        "source_uri": f"file:///corpus/{doc_id}",
+        "chunk_index": chunk_index,
+        "text": text,
+        "start_char": chunk_index * 100,
+        "end_char": chunk_index * 100 + len(text),
+        "start_byte": chunk_index * 100,
+        "end_byte": chunk_index * 100 + len(text.encode()),
+        "start_line": chunk_index + 1,
+        "start_column": 1,
+        "end_line": chunk_index + 2,
+        "end_column": 1,
+        "heading_path": [heading] if chunk_index % 3 else [],
+        "section_index": chunk_index // 2,
+        "token_count": len(text.split()),
+        "char_count": len(text),
+        "is_sub_split": chunk_index % 2 == 1,
+        "strategy": "headings",
+        "content_sha256": hashlib.sha256(doc_id.encode()).hexdigest(),
+        "title": doc_id.upper(),
+        "embed_text": embed_text,
+        "embed_token_count": len(embed_text.split()),
+    }
+
+
+def chunks_table(rows: list[dict]) -> pa.Table:
+    return pa.Table.from_pylist(rows, schema=CHUNKS_SCHEMA)
+
+
+def reference_parts(sources: list[pa.Table], previous: pa.Table, carried_ids: pa.Array, row_group_rows: int):
+    """(chunks, upserts, deletes) part bytes of the whole-table merge."""
+    merged = sorted_unique(pa.concat_tables([CHUNKS_SCHEMA.empty_table(), *sources]), CHUNKS_KEY)
+    upserts, deletes = chunk_changes(previous, merged, carried_ids)
+    upserts = upserts.select(UPSERTS_SCHEMA.names).cast(UPSERTS_SCHEMA)
+    return tuple(
+        parquet_bytes(table, row_group_rows, "zstd") if table.num_rows else b"" for table in (merged, upserts, deletes)
+    )
+
+
+def bounded_parts(sources: list[pa.Table], previous: pa.Table, carried_ids: pa.Array, row_group_rows: int):
+    """(chunks, upserts, deletes) part bytes of the bounded merge, as the sink's merge runs it."""
+    old_chunks = not_carried(previous, carried_ids)
+    chunks_part = PartWriter(CHUNKS_SCHEMA, row_group_rows, "zstd")
+    upserts_part = PartWriter(UPSERTS_SCHEMA, row_group_rows, "zstd")
+    new_ids = []
+    readers = [lambda table=table: table for table in sources]
+    for rows in sorted_unique_row_groups(readers, CHUNKS_SCHEMA, CHUNKS_KEY, row_group_rows):
+        assert rows.num_rows <= row_group_rows
+        assert all(column.num_chunks == 1 for column in rows.columns)
+        chunks_part.write(rows)
+        new_chunks = not_carried(rows, carried_ids)
+        new_ids.append(new_chunks.column("chunk_id"))
+        upserts_part.write(chunk_upserts(old_chunks, new_chunks).select(UPSERTS_SCHEMA.names).cast(UPSERTS_SCHEMA))
+    ids = pa.chunked_array([chunk for column in new_ids for chunk in column.chunks], pa.string())
+    deletes = chunk_deletes(old_chunks, ids)
+    return (
+        chunks_part.finish(),
+        upserts_part.finish(),
+        parquet_bytes(deletes, row_group_rows, "zstd") if deletes.num_rows else b"",
+    )
+
+
+@st.composite
+def shards(draw):
+    """(spill tables with retried copies, the previous snapshot's rows, the carried doc_ids, row group rows)."""
+    doc_ids = draw(
+        st.lists(st.sampled_from(["a", "b", "c/d", "é", "e#1", "f", "g"]), min_size=1, max_size=6, unique=True)
+    )
+    carried = draw(st.lists(st.sampled_from(doc_ids), unique=True, max_size=len(doc_ids) - 1))
+    words = st.text(alphabet="abc xyz\n#é", min_size=0, max_size=30)
+    previous_rows, new_rows = [], []
+    for doc_id in doc_ids:
+        old_count = draw(st.integers(0, 5))
+        for index in range(old_count):
+            previous_rows.append(chunk_row(doc_id, index, draw(words), draw(st.sampled_from(["Intro", "Use"]))))
+        if doc_id in carried:
+            continue
+        for index in range(draw(st.integers(0, 6))):
+            if index < old_count and draw(st.booleans()):
+                new_rows.append(next(r for r in previous_rows if r["chunk_id"] == f"{doc_id}#{index}"))
+            else:
+                new_rows.append(chunk_row(doc_id, index, draw(words), draw(st.sampled_from(["Intro", "Use"]))))
+    new_rows = draw(st.permutations(new_rows))
+    cuts = sorted(draw(st.lists(st.integers(0, len(new_rows)), max_size=4)))
+    bounds = [0, *cuts, len(new_rows)]
+    spills = [chunks_table(new_rows[start:stop]) for start, stop in zip(bounds, bounds[1:])]
+    # A retried bundle spills its rows again: whole copies of some spill files, in any position.
+    for copy in draw(st.lists(st.integers(0, len(spills) - 1), max_size=2)):
+        spills.insert(draw(st.integers(0, len(spills))), spills[copy])
+    previous = chunks_table(draw(st.permutations(previous_rows)))
+    carried_ids = pa.array(sorted(carried), pa.string())
+    carried_rows = previous.filter(pc.is_in(previous.column("doc_id"), value_set=carried_ids))
+    return [carried_rows, *spills], previous, carried_ids, draw(st.sampled_from([1, 2, 3, 5, 1000]))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(shards())
+def test_bounded_merge_writes_the_whole_table_merges_parts(shard):
+    sources, previous, carried_ids, row_group_rows = shard
+    assert bounded_parts(sources, previous, carried_ids, row_group_rows) == reference_parts(
+        sources, previous, carried_ids, row_group_rows
+    )
+
+
+@settings(max_examples=150, deadline=None)
+@given(shards())
+def test_bounded_rows_are_the_sorted_unique_rows(shard):
+    sources, _, _, row_group_rows = shard
+    readers = [lambda table=table: table for table in sources]
+    groups = list(sorted_unique_row_groups(readers, CHUNKS_SCHEMA, CHUNKS_KEY, row_group_rows))
+    expected = sorted_unique(pa.concat_tables([CHUNKS_SCHEMA.empty_table(), *sources]), CHUNKS_KEY)
+    assert pa.concat_tables([CHUNKS_SCHEMA.empty_table(), *groups]).equals(expected)
+    keys = expected.select(list(CHUNKS_KEY)).to_pylist()
+    assert len({tuple(key.values()) for key in keys}) == len(keys)  # no retried copy survives
+
+
+def test_part_writer_matches_whole_table_bytes_when_row_groups_split_pages():
+    """Row groups of 1,000 rows (not a multiple of the writer's 1,024-row batches) with texts long enough to
+    fill several data pages per column, fed in uneven tables: the bytes of the whole table written at once."""
+    rows = [
+        chunk_row(f"doc-{index // 40:03d}", index % 40, "lorem ipsum " * (50 + index % 70)) for index in range(3500)
+    ]
+    table = chunks_table(rows)
+    writer = PartWriter(CHUNKS_SCHEMA, 1000, "zstd")
+    for start, stop in [(0, 1), (1, 999), (999, 2500), (2500, 3500)]:
+        writer.write(table.slice(start, stop - start))
+    assert writer.finish() == parquet_bytes(table, 1000, "zstd")
+
+
+class _PeakArrowBytes:
+    """The most bytes pyarrow's memory pool held at once while the block ran (a proxy pool of its own)."""
+
+    def __enter__(self):
+        self._previous = pa.default_memory_pool()
+        self._pool = pa.proxy_memory_pool(self._previous)
+        pa.set_memory_pool(self._pool)
+        return self
+
+    def __exit__(self, *exc):
+        pa.set_memory_pool(self._previous)
+
+    @property
+    def peak(self) -> int:
+        return self._pool.max_memory()
+
+
+def test_merging_a_shard_far_larger_than_a_row_group_holds_about_one_row_group():
+    """A shard of 40 spill files (about 25 MB of rows) merged into row groups of 2,000 rows (about 1.2 MB):
+    pyarrow's pool never holds more than a few row groups and one spill file, a tenth of what the
+    whole-table merge (every spill and their sorted copy) needs."""
+    row_group_rows = 2000
+    spill_paths = []
+    rows_per_spill = 1000
+    for spill in range(40):
+        # Each spill holds documents of every part of the key range, as a worker's bundles do.
+        rows = [
+            chunk_row(f"doc-{(spill * 37 + index * 13) % 4000:04d}", spill, "tide gauge reading " * 30 + str(index))
+            for index in range(rows_per_spill)
+        ]
+        spill_paths.append(rows)
+    encoded = []
+    for rows in spill_paths:
+        sink = pa.BufferOutputStream()
+        table = chunks_table(rows)
+        with pa.ipc.new_file(sink, CHUNKS_SCHEMA) as writer:
+            writer.write_table(table)
+        encoded.append(sink.getvalue().to_pybytes())  # outside the pool: the spill files on disk
+        del table, sink
+    spill_bytes = max(len(data) for data in encoded)
+    shard_bytes = sum(len(data) for data in encoded)
+
+    def reader(data: bytes):
+        return lambda: pa.ipc.open_file(pa.BufferReader(data)).read_all().combine_chunks()
+
+    with _PeakArrowBytes() as bounded:
+        writer = PartWriter(CHUNKS_SCHEMA, row_group_rows, "zstd")
+        for rows in sorted_unique_row_groups(
+            [reader(data) for data in encoded], CHUNKS_SCHEMA, CHUNKS_KEY, row_group_rows
+        ):
+            writer.write(rows)
+            del rows
+        part = writer.finish()
+    row_group_bytes = shard_bytes * row_group_rows // (40 * rows_per_spill)
+    bound = 4 * row_group_bytes + 2 * spill_bytes
+    assert bounded.peak <= bound, (bounded.peak, bound, shard_bytes)
+
+    with _PeakArrowBytes() as whole:
+        tables = [reader(data)() for data in encoded]
+        merged = sorted_unique(pa.concat_tables(tables), CHUNKS_KEY)
+        del tables
+        reference = parquet_bytes(merged, row_group_rows, "zstd")
+        del merged
+    assert part == reference
+    print(
+        f"peak {bounded.peak / 1e6:.1f} MB bounded, {whole.peak / 1e6:.1f} MB whole; shard {shard_bytes / 1e6:.1f} MB"
+    )
+    assert bound < shard_bytes / 3 < whole.peak / 3
+
+
+def test_system_allocations_switch_the_pool_for_the_block_only():
+    before = pa.default_memory_pool().backend_name
+    try:
+        with system_allocations():
+            assert pa.default_memory_pool().backend_name == "system"
+            table = chunks_table([chunk_row("a", 0, "tide " * 1000)])
+            raise RuntimeError("a merge that fails")
+    except RuntimeError:
+        pass
+    assert pa.default_memory_pool().backend_name == before
+    assert table.column("text")[0].as_py().startswith("tide")  # freed later, from the pool it came from
+
+
+def test_the_sinks_merge_of_a_retried_spill_writes_the_whole_table_merges_parts(tmp_path):
+    """The sink end to end: documents spilled twice (a retried bundle), in small spill files, merged by
+    ``MergeShard`` into row groups of 3 rows: each shard's chunks and upserts parts are the whole-table
+    merge's bytes, and no chunk is lost or doubled."""
+    settings = WriteSettings(
+        staging_url=str(tmp_path / "staging"),
+        snapshot_url=str(tmp_path / "snapshot"),
+        shards=2,
+        row_group_rows=3,
+        spill_bytes=2_000,
+    )
+    documents = [
+        [("chunks", chunk_row(f"guide/{name}.md", index, f"{name} paragraph {index} " * 20)) for index in range(count)]
+        for name, count in [("install", 4), ("faq", 7), ("tides", 1), ("gauges", 5), ("alerts", 3)]
+    ]
+    for _ in range(2):  # the bundle ran twice: every row is spilled twice
+        list(run_bundle(SpillRows(settings), documents))
+    written = list(run_bundle(MergeShard(settings), range(settings.shards)))
+    assert written
+    for shard in range(settings.shards):
+        rows = [row for document in documents for _, row in document if shard_of(row["doc_id"], 2) == shard]
+        expected = sorted_unique(chunks_table(rows), CHUNKS_KEY)
+        upserts = chunk_changes(CHUNKS_SCHEMA.empty_table(), expected, pa.array([], pa.string()))[0]
+        for table_name, table in [("chunks", expected), ("changes/upserts", upserts.cast(UPSERTS_SCHEMA))]:
+            parts = [Path(path) for path in written if f"/{table_name}/part-{shard:05d}-" in path]
+            assert len(parts) == 1, (table_name, shard, written)
+            assert parts[0].read_bytes() == parquet_bytes(table, 3, "zstd")
+        assert expected.num_rows == len({row["chunk_id"] for row in rows})
