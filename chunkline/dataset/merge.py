@@ -254,15 +254,22 @@ def sorted_unique(table: pa.Table, key_columns: tuple[str, ...]) -> pa.Table:
     Keys are unique per row in every table, so a repeated key is a row that a retried bundle spilled
     twice; the copies are equal, and keeping the first is deterministic."""
     table = table.sort_by([(name, "ascending") for name in key_columns])
+    keep = _first_of_each_key(table, key_columns)
+    return table if keep is None else table.filter(keep)
+
+
+def _first_of_each_key(table: pa.Table, key_columns: tuple[str, ...]) -> pa.Array | None:
+    """Of ``table``, sorted by ``key_columns``: a mask of the first row of each run of equal keys, or
+    ``None`` when no key repeats."""
     if table.num_rows < 2:
-        return table
+        return None
     same_as_previous = None
     for name in key_columns:
         column = table.column(name)
         equal = pc.fill_null(pc.equal(column.slice(1), column.slice(0, table.num_rows - 1)), False)
         same_as_previous = equal if same_as_previous is None else pc.and_(same_as_previous, equal)
     keep = pa.concat_arrays([pa.array([True]), pc.invert(same_as_previous).combine_chunks()])
-    return table if pc.all(keep).as_py() else table.filter(keep)
+    return None if pc.all(keep).as_py() else keep
 
 
 _SOURCE, _ROW = "__source", "__row"
@@ -285,15 +292,9 @@ def unique_order(key_tables: Sequence[pa.Table], key_columns: tuple[str, ...]) -
     if not tables or not sum(table.num_rows for table in tables):
         return np.zeros(0, np.int32), np.zeros(0, np.int64)
     keys = pa.concat_tables(tables).sort_by([(name, "ascending") for name in (*key_columns, _SOURCE, _ROW)])
-    if keys.num_rows > 1:
-        same_as_previous = None
-        for name in key_columns:
-            column = keys.column(name)
-            equal = pc.fill_null(pc.equal(column.slice(1), column.slice(0, keys.num_rows - 1)), False)
-            same_as_previous = equal if same_as_previous is None else pc.and_(same_as_previous, equal)
-        keep = pa.concat_arrays([pa.array([True]), pc.invert(same_as_previous).combine_chunks()])
-        if not pc.all(keep).as_py():
-            keys = keys.filter(keep)
+    keep = _first_of_each_key(keys, key_columns)
+    if keep is not None:
+        keys = keys.filter(keep)
     return (
         keys.column(_SOURCE).to_numpy().astype(np.int32, copy=False),
         keys.column(_ROW).to_numpy().astype(np.int64, copy=False),
