@@ -172,12 +172,12 @@ class TokenOffsets:
         """Approximate token count of ``text[start:end]`` (tokens of the range that overlap the slice)."""
         if end <= start:
             return 0
-        return (
-            bisect_left(self.token_end_chars, end)
-            - bisect_right(self.token_end_chars, start)
-            + 1
-            + self._special_tokens
-        )
+        token_ends = self._end_chars_list
+        if token_ends is None:
+            # Two searches of the array cost less than making the list, which few documents need.
+            ends = self._end_chars
+            return int(ends.searchsorted(end)) - int(ends.searchsorted(start, side="right")) + 1 + self._special_tokens
+        return bisect_left(token_ends, end) - bisect_right(token_ends, start) + 1 + self._special_tokens
 
     @property
     def token_count(self) -> int:
