@@ -36,6 +36,8 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from itertools import compress
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 from markdown_it import MarkdownIt
@@ -478,10 +480,13 @@ def _records_from_tokens(tokens: list[Token]) -> list[BlockRecord]:
     return records
 
 
-def _parse_blocks(source: str, parser: str) -> tuple[list[BlockRecord], str]:
-    """The block records of ``source`` and the parser that found them."""
+def _parse_blocks(
+    source: str, parser: str, ascii_line_starts: list[int] | None = None
+) -> tuple[list[BlockRecord], str]:
+    """The block records of ``source`` and the parser that found them (``ascii_line_starts``: the line starts
+    of an ASCII ``source``, when known)."""
     if parser == FAST_PARSER:
-        records = block_records(source, MAX_CONTAINER_DEPTH)
+        records = block_records(source, MAX_CONTAINER_DEPTH, ascii_line_starts)
         if records is not None:
             return records, FAST_PARSER
     elif parser != REFERENCE_PARSER:
@@ -521,8 +526,12 @@ def _parse_markdown(text: str, parser: str) -> MarkdownDocument:
         # A byte order mark is not part of the first line's markdown; dropping it keeps line numbers.
         parser_source = text[1:]
 
-    records, used_parser = _parse_blocks(parser_source, parser)
+    # The text's own line starts are the parser's when it parses the text itself (byte offsets are character
+    # offsets in ASCII).
+    same_lines = parser_source is text and index.is_ascii
+    records, used_parser = _parse_blocks(parser_source, parser, index.line_starts if same_lines else None)
     line_start = index.line_start
+    # The heading records picked out in C (a heading level is 0 for every other kind).
     headings = tuple(
         Block(
             BlockKind.HEADING,
@@ -532,10 +541,15 @@ def _parse_markdown(text: str, parser: str) -> MarkdownDocument:
             heading_level,
             heading_plain_text(heading_source),
         )
-        for kind, start_line, end_line, level, heading_level, heading_source in records
-        if heading_level and level == 0
+        for kind, start_line, end_line, level, heading_level, heading_source in compress(
+            records, map(_HEADING_LEVEL, records)
+        )
+        if level == 0
     )
     return MarkdownDocument(text, index, headings, front_matter, records, used_parser)
+
+
+_HEADING_LEVEL = itemgetter(4)
 
 
 def _block_start(block: Block) -> int:
