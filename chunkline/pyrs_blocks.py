@@ -64,6 +64,9 @@ _PREFIX_CHARACTERS = " \t>*+\\-.)0-9"
 # try the alternation at every character, several times slower).
 _LONG_PREFIX_RUN = f"([{_PREFIX_CHARACTERS}]{{{MAX_PREFIX_COLUMNS // 4},}})"
 _LONG_PREFIX = re.compile(f"[\\r\\n]{_LONG_PREFIX_RUN}")
+# The same after "\n" only, for text without "\r": a pattern that begins with one character is searched for
+# that character alone, five times faster than for a set of two.
+_LONG_PREFIX_AFTER_LF = re.compile(f"\n{_LONG_PREFIX_RUN}")
 _LONG_PREFIX_AT_START = re.compile(_LONG_PREFIX_RUN)
 _TAB_IN_PREFIX = re.compile(f"[\\r\\n][{_PREFIX_CHARACTERS}]*\\t")
 _TAB_IN_PREFIX_AT_START = re.compile(f"[{_PREFIX_CHARACTERS}]*\\t")
@@ -195,7 +198,8 @@ def nests_too_deep_to_parse(source: str) -> bool:
     at_start = _LONG_PREFIX_AT_START.match(source)
     if at_start is not None and _prefix_columns(at_start.group(1)) >= MAX_PREFIX_COLUMNS:
         return True
-    return any(_prefix_columns(match.group(1)) >= MAX_PREFIX_COLUMNS for match in _LONG_PREFIX.finditer(source))
+    pattern = _LONG_PREFIX if "\r" in source else _LONG_PREFIX_AFTER_LF
+    return any(_prefix_columns(match.group(1)) >= MAX_PREFIX_COLUMNS for match in pattern.finditer(source))
 
 
 def _line_count(content: str) -> int:
