@@ -389,6 +389,8 @@ def _keeping_unencodable_links(normalize: Callable[[str], str]) -> Callable[[str
 
 
 _INLINE_MARKUP = frozenset("*_`[]<>!\\&~")
+# The markup of everything but code spans.
+_MARKUP_BUT_CODE = _INLINE_MARKUP - {"`"}
 
 
 @functools.lru_cache(maxsize=4096)
@@ -396,6 +398,9 @@ def heading_plain_text(source: str) -> str:
     """Plain text of a heading's inline markdown: emphasis, links and code marks removed."""
     if _INLINE_MARKUP.isdisjoint(source):
         return " ".join(source.split())
+    if _MARKUP_BUT_CODE.isdisjoint(source):
+        # Code spans are the only markup (most headings with any): read as markdown-it reads them.
+        return " ".join(_without_code_marks(source).split())
     parts: list[str] = []
     for token in _inline_parser().parseInline(source):
         for child in token.children or ():
@@ -406,6 +411,45 @@ def heading_plain_text(source: str) -> str:
             elif child.type == "image":
                 parts.extend(grandchild.content for grandchild in child.children or ())
     return " ".join("".join(parts).split())
+
+
+def _without_code_marks(source: str) -> str:
+    """The text of inline markdown whose only markup is backticks, as markdown-it-py's ``backticks`` rule
+    reads them: a run of backticks opens a code span when a later run of the same length closes it (else it
+    is text); the span's line breaks are spaces, and one space is taken off each end when both ends have one
+    and it is not all spaces. Line breaks outside spans become whitespace either way (a softbreak or a
+    hardbreak, never nothing), which the caller collapses."""
+    source = source.replace("\r\n", "\n").replace("\r", "\n").replace("\x00", "\ufffd")  # markdown-it's normalize
+    length = len(source)
+    parts: list[str] = []
+    text_start = 0  # where the text since the last code span starts
+    opener = source.find("`")
+    while opener >= 0:
+        opener_end = opener + 1
+        while opener_end < length and source[opener_end] == "`":
+            opener_end += 1
+        run = opener_end - opener
+        closer = source.find("`", opener_end)
+        while closer >= 0:
+            closer_end = closer + 1
+            while closer_end < length and source[closer_end] == "`":
+                closer_end += 1
+            if closer_end - closer == run:
+                break
+            closer = source.find("`", closer_end)
+        if closer < 0:
+            # No closer: the run is text, and the next run is looked at.
+            opener = source.find("`", opener_end)
+            continue
+        parts.append(source[text_start:opener])
+        content = source[opener_end:closer].replace("\n", " ")
+        if content.startswith(" ") and content.endswith(" ") and len(content.strip()) > 0:
+            content = content[1:-1]
+        parts.append(content)
+        text_start = closer_end
+        opener = source.find("`", text_start)
+    parts.append(source[text_start:])
+    return "".join(parts)
 
 
 _FRONT_MATTER_FENCES = {"---": ("yaml", ("---", "...")), "+++": ("toml", ("+++",))}
