@@ -64,6 +64,9 @@ _PREFIX_CHARACTERS = " \t>*+\\-.)0-9"
 # try the alternation at every character, several times slower).
 _LONG_PREFIX_RUN = f"([{_PREFIX_CHARACTERS}]{{{MAX_PREFIX_COLUMNS // 4},}})"
 _LONG_PREFIX = re.compile(f"[\\r\\n]{_LONG_PREFIX_RUN}")
+# The same after "\n" only, for text without "\r": a pattern that begins with one character is searched for
+# that character alone, five times faster than for a set of two.
+_LONG_PREFIX_AFTER_LF = re.compile(f"\n{_LONG_PREFIX_RUN}")
 _LONG_PREFIX_AT_START = re.compile(_LONG_PREFIX_RUN)
 _TAB_IN_PREFIX = re.compile(f"[\\r\\n][{_PREFIX_CHARACTERS}]*\\t")
 _TAB_IN_PREFIX_AT_START = re.compile(f"[{_PREFIX_CHARACTERS}]*\\t")
@@ -195,7 +198,8 @@ def nests_too_deep_to_parse(source: str) -> bool:
     at_start = _LONG_PREFIX_AT_START.match(source)
     if at_start is not None and _prefix_columns(at_start.group(1)) >= MAX_PREFIX_COLUMNS:
         return True
-    return any(_prefix_columns(match.group(1)) >= MAX_PREFIX_COLUMNS for match in _LONG_PREFIX.finditer(source))
+    pattern = _LONG_PREFIX if "\r" in source else _LONG_PREFIX_AFTER_LF
+    return any(_prefix_columns(match.group(1)) >= MAX_PREFIX_COLUMNS for match in pattern.finditer(source))
 
 
 def _line_count(content: str) -> int:
@@ -220,11 +224,14 @@ def _line_starts(text: str | bytes) -> list[int]:
     return starts
 
 
-def block_records(source: str, max_container_level: int) -> list[BlockRecord] | None:
+def block_records(
+    source: str, max_container_level: int, ascii_line_starts: list[int] | None = None
+) -> list[BlockRecord] | None:
     """The block records of ``source`` in document order (parents before children), or ``None`` when the
     reference parser must parse it: text UTF-8 cannot encode, nesting past :data:`MAX_PREFIX_COLUMNS`, or a
     quote or list at token level ``max_container_level`` or deeper (markdown-it-py parses the content there
-    with leaf rules only)."""
+    with leaf rules only). ``ascii_line_starts``: the line starts of an ASCII ``source`` when the caller has
+    them already (as :func:`_line_starts` finds them; read, never changed)."""
     if nests_too_deep_to_parse(source):
         return None
     try:
@@ -232,23 +239,23 @@ def block_records(source: str, max_container_level: int) -> list[BlockRecord] | 
     except UnicodeEncodeError:
         return None
     encoded: str | bytes = source if source.isascii() else source.encode("utf-8")
-    line_starts = _line_starts(encoded)
+    line_starts = ascii_line_starts if ascii_line_starts is not None and encoded is source else _line_starts(encoded)
     pipe = "|" if isinstance(encoded, str) else b"|"
     # markdown-it's line count: a line break at the very end starts no line.
     line_count = len(line_starts) - (1 if len(line_starts) > 1 and source.endswith(("\n", "\r")) else 0)
     records: list[list[Any]] = []
     append = records.append
-    # The first line of every block and link reference definition, in document order (non-decreasing).
-    block_start_lines: list[int] = []
-    mark_start = block_start_lines.append
-    # Of each record: the position of its parent's record (-1 at the top).
-    parents: list[int] = []
+    # The position of each record in a container or of a container, and its parent's position (-1 at the
+    # top), ascending: what the end of a container depends on.
+    inner: list[int] = []
+    inner_parents: list[int] = []
     # Of each quote and list item: the line markdown-it-py's parse of its content is bounded by.
     content_ends: dict[int, int] = {}
     # (first line, line after the last, byte offset of the marker) of each quote, as markdown-it.rs has them.
     quotes: list[tuple[int, int, int]] = []
     # The line after each quote, list and list item, as markdown-it.rs ends them.
     container_end_lines: set[int] = set()
+    has_definitions = False
     kinds = _BLOCK_NODE_KINDS
     containers = _CONTAINERS
     nesting = _NESTING_CONTAINERS
@@ -261,15 +268,20 @@ def block_records(source: str, max_container_level: int) -> list[BlockRecord] | 
         name = node.name
         start_byte, end_byte = node.srcmap
         start_line = bisect_right(line_starts, start_byte) - 1
-        mark_start(start_line)
         kind = kinds.get(name)
         if kind is None:
             # A tight list item's paragraph (hidden in markdown-it-py, there all the same), or a link
             # reference definition: no token in markdown-it-py, but it ends its container's content too.
-            kind = "paragraph" if name == "text" else _DEFINITION
+            if name == "text":
+                kind = "paragraph"
+            else:
+                kind = _DEFINITION
+                has_definitions = True
         end_line = bisect_right(line_starts, end_byte - 1) if end_byte > start_byte else start_line + 1
         position = len(records)
-        parents.append(parent)
+        if parent >= 0:
+            inner.append(position)
+            inner_parents.append(parent)
         if kind == "heading":
             children = node.children
             heading_source = children[0].meta["content"] if children else ""
@@ -298,6 +310,9 @@ def block_records(source: str, max_container_level: int) -> list[BlockRecord] | 
         if name not in containers:
             continue
         container_end_lines.add(end_line)
+        if parent < 0:
+            inner.append(position)
+            inner_parents.append(parent)
         if name in nesting and level >= max_container_level:
             return None
         if name == "blockquote":
@@ -312,13 +327,20 @@ def block_records(source: str, max_container_level: int) -> list[BlockRecord] | 
     if quotes and _has_lazy_line(source, quotes, line_starts):
         return None
     if content_ends:
-        _end_containers_as_the_reference_does(records, parents, content_ends, block_start_lines, line_count)
+        # Every record's first line, in document order (non-decreasing), link reference definitions included.
+        block_start_lines = [record[1] for record in records]
+        _end_containers_as_the_reference_does(
+            records, inner, inner_parents, content_ends, block_start_lines, line_count
+        )
+    if not has_definitions:
+        return list(map(tuple, records))  # type: ignore[arg-type]
     return [tuple(record) for record in records if record[0] is not _DEFINITION]  # type: ignore[misc]
 
 
 def _end_containers_as_the_reference_does(
     records: list[list[Any]],
-    parents: list[int],
+    inner: list[int],
+    inner_parents: list[int],
     content_ends: dict[int, int],
     block_start_lines: list[int],
     line_count: int,
@@ -340,7 +362,8 @@ def _end_containers_as_the_reference_does(
         return block_start_lines[slot] if slot < starts_count else line_count
 
     last_child_ends: dict[int, int] = {}
-    for position in range(len(records) - 1, -1, -1):
+    # A block at the top that is no container changes no end: only the others are looked at, last first.
+    for position, parent in zip(reversed(inner), reversed(inner_parents)):
         record = records[position]
         content_end = content_ends.get(position)
         if content_end is not None:
@@ -358,6 +381,5 @@ def _end_containers_as_the_reference_does(
             record[2] = end_line
         elif record[0] in _LIST_KINDS:
             record[2] = last_child_ends[position]
-        parent = parents[position]
         if parent >= 0 and parent not in last_child_ends:
             last_child_ends[parent] = record[2]

@@ -118,10 +118,13 @@ class _RangeSplitter:
         """(start, content end) of each protected block whose content, trailing whitespace excluded, fits."""
         fitting: list[tuple[int, int]] = []
         text = self.text
-        for block in blocks:
-            if block.kind not in PROTECTED_KINDS:
-                continue
-            estimate = self.tokens.estimate(block.start_char, block.end_char)
+        protected = [block for block in blocks if block.kind in PROTECTED_KINDS]
+        if not protected:
+            return fitting
+        estimates = self.tokens.estimates(
+            [block.start_char for block in protected], [block.end_char for block in protected]
+        ).tolist()
+        for block, estimate in zip(protected, estimates):
             if not self.capacity.may_fit(estimate):
                 continue
             content_end = block.start_char + len(text[block.start_char : block.end_char].rstrip())

@@ -36,6 +36,8 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from itertools import compress
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 from markdown_it import MarkdownIt
@@ -387,6 +389,8 @@ def _keeping_unencodable_links(normalize: Callable[[str], str]) -> Callable[[str
 
 
 _INLINE_MARKUP = frozenset("*_`[]<>!\\&~")
+# The markup of everything but code spans.
+_MARKUP_BUT_CODE = _INLINE_MARKUP - {"`"}
 
 
 @functools.lru_cache(maxsize=4096)
@@ -394,6 +398,9 @@ def heading_plain_text(source: str) -> str:
     """Plain text of a heading's inline markdown: emphasis, links and code marks removed."""
     if _INLINE_MARKUP.isdisjoint(source):
         return " ".join(source.split())
+    if _MARKUP_BUT_CODE.isdisjoint(source):
+        # Code spans are the only markup (most headings with any): read as markdown-it reads them.
+        return " ".join(_without_code_marks(source).split())
     parts: list[str] = []
     for token in _inline_parser().parseInline(source):
         for child in token.children or ():
@@ -404,6 +411,45 @@ def heading_plain_text(source: str) -> str:
             elif child.type == "image":
                 parts.extend(grandchild.content for grandchild in child.children or ())
     return " ".join("".join(parts).split())
+
+
+def _without_code_marks(source: str) -> str:
+    """The text of inline markdown whose only markup is backticks, as markdown-it-py's ``backticks`` rule
+    reads them: a run of backticks opens a code span when a later run of the same length closes it (else it
+    is text); the span's line breaks are spaces, and one space is taken off each end when both ends have one
+    and it is not all spaces. Line breaks outside spans become whitespace either way (a softbreak or a
+    hardbreak, never nothing), which the caller collapses."""
+    source = source.replace("\r\n", "\n").replace("\r", "\n").replace("\x00", "\ufffd")  # markdown-it's normalize
+    length = len(source)
+    parts: list[str] = []
+    text_start = 0  # where the text since the last code span starts
+    opener = source.find("`")
+    while opener >= 0:
+        opener_end = opener + 1
+        while opener_end < length and source[opener_end] == "`":
+            opener_end += 1
+        run = opener_end - opener
+        closer = source.find("`", opener_end)
+        while closer >= 0:
+            closer_end = closer + 1
+            while closer_end < length and source[closer_end] == "`":
+                closer_end += 1
+            if closer_end - closer == run:
+                break
+            closer = source.find("`", closer_end)
+        if closer < 0:
+            # No closer: the run is text, and the next run is looked at.
+            opener = source.find("`", opener_end)
+            continue
+        parts.append(source[text_start:opener])
+        content = source[opener_end:closer].replace("\n", " ")
+        if content.startswith(" ") and content.endswith(" ") and len(content.strip()) > 0:
+            content = content[1:-1]
+        parts.append(content)
+        text_start = closer_end
+        opener = source.find("`", text_start)
+    parts.append(source[text_start:])
+    return "".join(parts)
 
 
 _FRONT_MATTER_FENCES = {"---": ("yaml", ("---", "...")), "+++": ("toml", ("+++",))}
@@ -478,10 +524,13 @@ def _records_from_tokens(tokens: list[Token]) -> list[BlockRecord]:
     return records
 
 
-def _parse_blocks(source: str, parser: str) -> tuple[list[BlockRecord], str]:
-    """The block records of ``source`` and the parser that found them."""
+def _parse_blocks(
+    source: str, parser: str, ascii_line_starts: list[int] | None = None
+) -> tuple[list[BlockRecord], str]:
+    """The block records of ``source`` and the parser that found them (``ascii_line_starts``: the line starts
+    of an ASCII ``source``, when known)."""
     if parser == FAST_PARSER:
-        records = block_records(source, MAX_CONTAINER_DEPTH)
+        records = block_records(source, MAX_CONTAINER_DEPTH, ascii_line_starts)
         if records is not None:
             return records, FAST_PARSER
     elif parser != REFERENCE_PARSER:
@@ -521,8 +570,12 @@ def _parse_markdown(text: str, parser: str) -> MarkdownDocument:
         # A byte order mark is not part of the first line's markdown; dropping it keeps line numbers.
         parser_source = text[1:]
 
-    records, used_parser = _parse_blocks(parser_source, parser)
+    # The text's own line starts are the parser's when it parses the text itself (byte offsets are character
+    # offsets in ASCII).
+    same_lines = parser_source is text and index.is_ascii
+    records, used_parser = _parse_blocks(parser_source, parser, index.line_starts if same_lines else None)
     line_start = index.line_start
+    # The heading records picked out in C (a heading level is 0 for every other kind).
     headings = tuple(
         Block(
             BlockKind.HEADING,
@@ -532,10 +585,15 @@ def _parse_markdown(text: str, parser: str) -> MarkdownDocument:
             heading_level,
             heading_plain_text(heading_source),
         )
-        for kind, start_line, end_line, level, heading_level, heading_source in records
-        if heading_level and level == 0
+        for kind, start_line, end_line, level, heading_level, heading_source in compress(
+            records, map(_HEADING_LEVEL, records)
+        )
+        if level == 0
     )
     return MarkdownDocument(text, index, headings, front_matter, records, used_parser)
+
+
+_HEADING_LEVEL = itemgetter(4)
 
 
 def _block_start(block: Block) -> int:

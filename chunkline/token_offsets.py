@@ -172,12 +172,12 @@ class TokenOffsets:
         """Approximate token count of ``text[start:end]`` (tokens of the range that overlap the slice)."""
         if end <= start:
             return 0
-        return (
-            bisect_left(self.token_end_chars, end)
-            - bisect_right(self.token_end_chars, start)
-            + 1
-            + self._special_tokens
-        )
+        token_ends = self._end_chars_list
+        if token_ends is None:
+            # Two searches of the array cost less than making the list, which few documents need.
+            ends = self._end_chars
+            return int(ends.searchsorted(end)) - int(ends.searchsorted(start, side="right")) + 1 + self._special_tokens
+        return bisect_left(token_ends, end) - bisect_right(token_ends, start) + 1 + self._special_tokens
 
     @property
     def token_count(self) -> int:
@@ -194,15 +194,16 @@ class TokenOffsets:
 
     def char_after_tokens(self, start: int, tokens: int) -> int:
         """Character offset where roughly ``tokens`` tokens after ``start`` end."""
-        first = bisect_right(self.token_end_chars, start)
-        last = min(first + tokens - 1, len(self.token_end_chars) - 1)
-        return self.token_end_chars[last] if last >= 0 else start
+        ends = self._end_chars
+        first = int(ends.searchsorted(start, side="right"))
+        last = min(first + tokens - 1, len(ends) - 1)
+        return int(ends[last]) if last >= 0 else start
 
     def char_before_tokens(self, end: int, tokens: int) -> int:
         """Character offset roughly ``tokens`` tokens before ``end`` (the range start at the most)."""
-        last = bisect_left(self.token_end_chars, end)
-        first = last - tokens
-        return self.token_end_chars[first - 1] if first >= 1 else self.start
+        ends = self._end_chars
+        first = int(ends.searchsorted(end)) - tokens
+        return int(ends[first - 1]) if first >= 1 else self.start
 
     def _is_clean_cut(self, position: int) -> bool:
         if position == self.start or position == self.end:
