@@ -305,6 +305,57 @@ def test_merging_a_shard_far_larger_than_a_row_group_holds_about_one_row_group()
     assert bound < shard_bytes / 3 < whole.peak / 3
 
 
+def test_a_shard_with_fewer_rows_than_a_row_group_is_merged_a_byte_capped_row_group_at_a_time():
+    """A shard of 40 spill files (about 25 MB of rows, 40,000 rows) with the default ``row_group_rows``
+    (65,536: the shard's rows would be one row group) and row groups capped at 1 MB of rows. Each spill
+    file is read as the sink reads it, into a buffer of pyarrow's pool viewed without copying: pyarrow's pool
+    never holds more than a few row groups and two spill files (not the shard's spill files, which the keys
+    of every spill would keep if they were views of them), and the part holds the rows in row groups of
+    about 1 MB."""
+    row_group_rows, row_group_bytes, rows_per_spill = 65_536, 1_000_000, 1000
+    encoded = []
+    for spill in range(40):
+        rows = [
+            chunk_row(f"doc-{(spill * 37 + index * 13) % 4000:04d}", spill, "tide gauge reading " * 30 + str(index))
+            for index in range(rows_per_spill)
+        ]
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_file(sink, CHUNKS_SCHEMA) as writer:
+            writer.write_table(chunks_table(rows))
+        encoded.append(sink.getvalue().to_pybytes())  # outside the pool: the spill files on disk
+    spill_bytes = max(len(data) for data in encoded)
+    shard_bytes = sum(len(data) for data in encoded)
+
+    def reader(data: bytes):
+        def read() -> pa.Table:
+            buffer = pa.allocate_buffer(len(data))  # the file read into memory...
+            np.frombuffer(buffer, np.uint8)[:] = np.frombuffer(data, np.uint8)
+            return pa.ipc.open_file(pa.BufferReader(buffer)).read_all()  # ...and its table a view of it
+
+        return read
+
+    with _PeakArrowBytes() as bounded:
+        writer = PartWriter(CHUNKS_SCHEMA, row_group_rows, "zstd", row_group_bytes)
+        for rows in sorted_unique_row_groups(
+            [reader(data) for data in encoded], CHUNKS_SCHEMA, CHUNKS_KEY, row_group_rows, row_group_bytes
+        ):
+            assert rows.nbytes < 2 * row_group_bytes
+            writer.write(rows)
+            del rows
+        part = writer.finish()
+    bound = 4 * row_group_bytes + 2 * spill_bytes
+    print(f"peak {bounded.peak / 1e6:.1f} MB; bound {bound / 1e6:.1f} MB; shard {shard_bytes / 1e6:.1f} MB")
+    assert bounded.peak <= bound < shard_bytes / 2
+
+    merged = sorted_unique(pa.concat_tables([reader(data)() for data in encoded]), CHUNKS_KEY)
+    assert part == parquet_bytes(merged, row_group_rows, "zstd", row_group_bytes)
+    metadata = pq.ParquetFile(pa.BufferReader(part)).metadata
+    assert metadata.num_rows == merged.num_rows == 40 * rows_per_spill
+    group_rows = [metadata.row_group(index).num_rows for index in range(metadata.num_row_groups)]
+    assert metadata.num_row_groups >= 20
+    assert_row_groups_follow_the_rule(group_rows, merged, row_group_rows, row_group_bytes)
+
+
 def test_system_allocations_switch_the_pool_for_the_block_only():
     before = pa.default_memory_pool().backend_name
     try:

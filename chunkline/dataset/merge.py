@@ -16,7 +16,8 @@ part and lets them go. The changes (:func:`chunk_upserts`) are computed for each
 the deletes from the new chunk ids (:func:`chunk_deletes`). What a merge holds at most is therefore one row
 group of the output (``output.row_group_rows`` rows or ``output.row_group_bytes`` bytes of rows, whichever
 comes first: see :mod:`chunkline.dataset.row_groups`), about a fifth more while a group of its columns is
-put in key order, one spill file and the shard's key columns; the part is encoded into a temporary file, and read back only once
+put in key order, one spill file and the shard's key columns (copied out of each spill file as it is read,
+so that they do not keep its bytes); the part is encoded into a temporary file, and read back only once
 its rows are let go.
 An incremental run also holds the shard's carried and previous rows (decoded from the previous part),
 and a full rebuild over a previous snapshot the previous rows it compares with. The parts are byte for byte
@@ -323,7 +324,9 @@ def sorted_unique_row_groups(
     key_tables, column_bytes, sizes = [], dict.fromkeys(schema.names, 0), []
     for read in sources:
         table = read()
-        key_tables.append(table.select(list(key_columns)))
+        # A copy of the keys: the source's table may be a view of its whole file's bytes (an Arrow IPC spill
+        # file read without copying), which the keys alone would otherwise keep until every source is read.
+        key_tables.append(table.select(list(key_columns)).take(np.arange(table.num_rows)))
         for name in schema.names:
             column_bytes[name] += table.column(name).nbytes
         sizes.append(row_bytes(table) if row_group_bytes is not None else np.zeros(table.num_rows, np.int64))
