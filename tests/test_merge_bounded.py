@@ -11,6 +11,7 @@ carried over from a previous snapshot, with row groups ended by their rows or by
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from chunkline.dataset.merge import (
     chunk_changes,
     chunk_deletes,
     chunk_upserts,
+    map_large_allocations,
     not_carried,
     shard_of,
     sorted_unique,
@@ -397,3 +399,44 @@ def test_the_sinks_merge_of_a_retried_spill_writes_the_whole_table_merges_parts(
             assert len(parts) == 1, (table_name, shard, written)
             assert parts[0].read_bytes() == parquet_bytes(table, 3, "zstd")
         assert expected.num_rows == len({row["chunk_id"] for row in rows})
+
+
+_MAPPED_AFTER_A_LARGER_FREE = """
+import ctypes, sys
+from chunkline.dataset.merge import map_large_allocations
+
+class MallocInfo(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()]
+
+libc = ctypes.CDLL(None)
+libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+libc.mallinfo2.restype = MallocInfo
+if sys.argv[1] == "fixed":
+    assert map_large_allocations() is True
+libc.free(libc.malloc(24 << 20))
+mapped = libc.mallinfo2().hblkhd
+block = libc.malloc(2 << 20)
+print(libc.mallinfo2().hblkhd - mapped)
+libc.free(block)
+"""
+
+
+def test_large_allocations_are_mapped_on_their_own_even_after_a_larger_one_was_freed():
+    """glibc raises its mapping threshold to a freed 24 MB buffer's size and serves the next 2 MB from its
+    heap, where it stays resident once freed; with the fixed threshold it is mapped on its own (a fresh
+    process each time, whose heap holds no free block that large)."""
+    import subprocess
+    import sys
+
+    if not hasattr(ctypes.CDLL(None), "mallinfo2"):  # not glibc 2.33 or later: no figures to check it with
+        assert isinstance(map_large_allocations(), bool)
+        return
+
+    def mapped_for_2_mb(mode: str) -> int:
+        script = [sys.executable, "-c", _MAPPED_AFTER_A_LARGER_FREE, mode]
+        return int(subprocess.run(script, check=True, capture_output=True, text=True).stdout)
+
+    assert mapped_for_2_mb("dynamic") == 0
+    assert mapped_for_2_mb("fixed") >= 2 << 20

@@ -55,6 +55,7 @@ __all__ = [
     "chunk_upserts",
     "documents_changes",
     "embedding_changed",
+    "map_large_allocations",
     "not_carried",
     "read_shard_plan",
     "release_freed_memory",
@@ -514,12 +515,40 @@ def system_allocations() -> Iterator[None]:
 
 
 @functools.cache
-def _malloc_trim() -> Callable[[int], int] | None:
-    """glibc's ``malloc_trim``, or None where the C library has none (musl, macOS, Windows)."""
+def _c_function(name: str) -> Callable[..., int] | None:
+    """A function of the running process's C library (found once), or None where it has none: glibc's
+    ``malloc_trim`` and ``mallopt`` are missing from musl, macOS and Windows."""
     try:
-        return getattr(ctypes.CDLL(None), "malloc_trim", None)
+        return getattr(ctypes.CDLL(None), name, None)
     except OSError:
         return None
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    return _c_function("malloc_trim")
+
+
+_M_MMAP_THRESHOLD = -3
+"""glibc's ``mallopt`` parameter for the size from which an allocation is mapped on its own."""
+
+LARGE_ALLOCATION_BYTES = 1 << 20
+"""Allocations of this size or more are mapped on their own (see :func:`map_large_allocations`)."""
+
+
+@functools.cache
+def map_large_allocations() -> bool:
+    """From now on, the C allocator maps every allocation of :data:`LARGE_ALLOCATION_BYTES` or more on its
+    own and gives it back to the system when it is freed; returns whether it does (glibc only).
+
+    By default glibc raises that threshold to the size of each large buffer freed (up to 32 MB), so that
+    after the first few a merge's row groups, columns and part bytes come from its heap, where what they
+    leave free stays resident beside the next ones: at 16x the corpus, the run in this process peaked 26 MB
+    higher in resident memory with it (292 MB against 266). A fixed threshold also keeps glibc's heap
+    trimmed at its default threshold. Process-wide and for good, as is the allocator: a run sets it before
+    it starts (so that workers forked from it inherit it), and the chunking and merging steps in their
+    ``setup`` (for workers that a runner starts)."""
+    mallopt = _c_function("mallopt")
+    return mallopt is not None and bool(mallopt(_M_MMAP_THRESHOLD, LARGE_ALLOCATION_BYTES))
 
 
 def release_freed_memory() -> None:

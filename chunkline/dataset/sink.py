@@ -35,6 +35,7 @@ from chunkline.dataset.merge import (
     chunk_deletes,
     chunk_upserts,
     documents_changes,
+    map_large_allocations,
     not_carried,
     read_shard_plan,
     release_freed_memory,
@@ -218,6 +219,7 @@ class MergeShard(BundleStep):
         self._settings = settings
 
     def setup(self) -> None:
+        map_large_allocations()  # a merge's large buffers are given back when freed
         options = self._settings.storage_options or {}
         self._fs, staging_root = url_to_fs(self._settings.staging_url, **options)
         self._staging_root = staging_root.rstrip("/")
