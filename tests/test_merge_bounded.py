@@ -417,14 +417,14 @@ if sys.argv[1] == "fixed":
     assert map_large_allocations() is True
 libc.free(libc.malloc(24 << 20))
 mapped = libc.mallinfo2().hblkhd
-block = libc.malloc(2 << 20)
+block = libc.malloc(8 << 20)
 print(libc.mallinfo2().hblkhd - mapped)
 libc.free(block)
 """
 
 
 def test_large_allocations_are_mapped_on_their_own_even_after_a_larger_one_was_freed():
-    """glibc raises its mapping threshold to a freed 24 MB buffer's size and serves the next 2 MB from its
+    """glibc raises its mapping threshold to a freed 24 MB buffer's size and serves the next 8 MB from its
     heap, where it stays resident once freed; with the fixed threshold it is mapped on its own (a fresh
     process each time, whose heap holds no free block that large)."""
     import subprocess
@@ -434,9 +434,9 @@ def test_large_allocations_are_mapped_on_their_own_even_after_a_larger_one_was_f
         assert isinstance(map_large_allocations(), bool)
         return
 
-    def mapped_for_2_mb(mode: str) -> int:
+    def mapped_for_8_mb(mode: str) -> int:
         script = [sys.executable, "-c", _MAPPED_AFTER_A_LARGER_FREE, mode]
         return int(subprocess.run(script, check=True, capture_output=True, text=True).stdout)
 
-    assert mapped_for_2_mb("dynamic") == 0
-    assert mapped_for_2_mb("fixed") >= 2 << 20
+    assert mapped_for_8_mb("dynamic") == 0
+    assert mapped_for_8_mb("fixed") >= 8 << 20

@@ -531,7 +531,7 @@ def _malloc_trim() -> Callable[[int], int] | None:
 _M_MMAP_THRESHOLD = -3
 """glibc's ``mallopt`` parameter for the size from which an allocation is mapped on its own."""
 
-LARGE_ALLOCATION_BYTES = 1 << 20
+LARGE_ALLOCATION_BYTES = 4 << 20
 """Allocations of this size or more are mapped on their own (see :func:`map_large_allocations`)."""
 
 
@@ -542,9 +542,9 @@ def map_large_allocations() -> bool:
 
     By default glibc raises that threshold to the size of each large buffer freed (up to 32 MB), so that
     after the first few a merge's row groups, columns and part bytes come from its heap, where what they
-    leave free stays resident beside the next ones: at 16x the corpus, the run in this process peaked 26 MB
-    higher in resident memory with it (292 MB against 266). A fixed threshold also keeps glibc's heap
-    trimmed at its default threshold. Process-wide and for good, as is the allocator: a run sets it before
+    leave free stays resident beside the next ones: at 16x the corpus, the run in this process peaked 25 MB
+    higher in resident memory with it (290 MB against 265; 266 with a threshold of 1 MB, which maps many
+    more buffers). A fixed threshold also keeps glibc's heap trimmed at its default threshold. Process-wide and for good, as is the allocator: a run sets it before
     it starts (so that workers forked from it inherit it), and the chunking and merging steps in their
     ``setup`` (for workers that a runner starts)."""
     mallopt = _c_function("mallopt")
