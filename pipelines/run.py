@@ -53,6 +53,7 @@ from chunkline.dataset.in_process import stage_run_in_process
 from chunkline.dataset.inputs import glob_root
 from chunkline.dataset.layout import staging_url
 from chunkline.dataset.listing import write_listing
+from chunkline.dataset.merge import map_large_allocations
 from chunkline.dataset.publish import (
     OutputState,
     acquire_output_lock,
@@ -511,6 +512,7 @@ def run_pipeline(config: RunConfig, beam_args: list[str] | None = None, *, fork_
     published dataset is left untouched."""
     global _pipelines_started_here
     check_output_location(config)
+    map_large_allocations()  # before any worker is forked from this process, which inherits it
     output_url = config.output.url or ""
     storage_options = config.output.storage_options
     url_to_fs(output_url, **storage_options)  # a bad URL or missing package fails here, early

@@ -199,3 +199,26 @@ def test_yaml_python_tags_in_a_config_file_are_refused_and_not_run(tmp_path):
     with pytest.raises(ConfigError):
         load_chunk_config(path, environ={})
     assert not marker.exists()
+
+
+def test_run_defaults_equal_configs_default_yaml():
+    from chunkline.dataset.settings import InputConfig, OutputConfig, RunSettings, load_run_config
+
+    config = load_run_config(DEFAULT_YAML, environ={}, inputs=["docs"], output="out")
+    assert dataclasses.replace(config.input, paths=()) == InputConfig()
+    assert dataclasses.replace(config.output, url=None) == OutputConfig()
+    assert config.run == RunSettings()
+    assert (config.output.row_group_rows, config.output.row_group_bytes) == (65_536, 16_000_000)
+
+
+def test_the_row_group_byte_cap_decides_the_part_files_and_so_the_rebuild_fingerprint():
+    from chunkline.dataset.rebuild import rebuild_fingerprint
+    from chunkline.dataset.settings import load_run_config
+
+    def fingerprint(*overrides: str) -> str:
+        return rebuild_fingerprint(load_run_config(None, list(overrides), {}, inputs=["docs"], output="out"))
+
+    assert fingerprint() == fingerprint("output.row_group_bytes=16000000")
+    assert fingerprint() != fingerprint("output.row_group_bytes=8000000")
+    manifest = load_run_config(None, ["output.row_group_bytes=8000000"], {}, inputs=["docs"], output="out")
+    assert manifest.to_public_dict()["output"]["row_group_bytes"] == 8_000_000

@@ -5,16 +5,20 @@ The reference is the straightforward merge: concatenate every source, sort by th
 (:func:`parquet_bytes`). The bounded merge (:func:`sorted_unique_row_groups`, :class:`PartWriter`,
 :func:`chunk_upserts` per row group, :func:`chunk_deletes` from the new chunk ids) must give the same rows
 and the same part bytes, on random shards with the copies a retried bundle spills twice and with rows
-carried over from a previous snapshot.
+carried over from a previous snapshot, with row groups ended by their rows or by their bytes
+(``output.row_group_bytes``).
 """
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -24,12 +28,14 @@ from chunkline.dataset.merge import (
     chunk_changes,
     chunk_deletes,
     chunk_upserts,
+    map_large_allocations,
     not_carried,
     shard_of,
     sorted_unique,
     sorted_unique_row_groups,
     system_allocations,
 )
+from chunkline.dataset.row_groups import row_bytes, row_group_ends
 from chunkline.dataset.sink import MergeShard, SpillRows, WriteSettings
 from chunkline.dataset.storage import parquet_bytes
 from chunkline.schemas import TABLE_SCHEMAS
@@ -73,24 +79,29 @@ def chunks_table(rows: list[dict]) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=CHUNKS_SCHEMA)
 
 
-def reference_parts(sources: list[pa.Table], previous: pa.Table, carried_ids: pa.Array, row_group_rows: int):
+def reference_parts(
+    sources: list[pa.Table], previous: pa.Table, carried_ids: pa.Array, row_group_rows: int, row_group_bytes=None
+):
     """(chunks, upserts, deletes) part bytes of the whole-table merge."""
     merged = sorted_unique(pa.concat_tables([CHUNKS_SCHEMA.empty_table(), *sources]), CHUNKS_KEY)
     upserts, deletes = chunk_changes(previous, merged, carried_ids)
     upserts = upserts.select(UPSERTS_SCHEMA.names).cast(UPSERTS_SCHEMA)
     return tuple(
-        parquet_bytes(table, row_group_rows, "zstd") if table.num_rows else b"" for table in (merged, upserts, deletes)
+        parquet_bytes(table, row_group_rows, "zstd", row_group_bytes) if table.num_rows else b""
+        for table in (merged, upserts, deletes)
     )
 
 
-def bounded_parts(sources: list[pa.Table], previous: pa.Table, carried_ids: pa.Array, row_group_rows: int):
+def bounded_parts(
+    sources: list[pa.Table], previous: pa.Table, carried_ids: pa.Array, row_group_rows: int, row_group_bytes=None
+):
     """(chunks, upserts, deletes) part bytes of the bounded merge, as the sink's merge runs it."""
     old_chunks = not_carried(previous, carried_ids)
-    chunks_part = PartWriter(CHUNKS_SCHEMA, row_group_rows, "zstd")
-    upserts_part = PartWriter(UPSERTS_SCHEMA, row_group_rows, "zstd")
+    chunks_part = PartWriter(CHUNKS_SCHEMA, row_group_rows, "zstd", row_group_bytes)
+    upserts_part = PartWriter(UPSERTS_SCHEMA, row_group_rows, "zstd", row_group_bytes)
     new_ids = []
     readers = [lambda table=table: table for table in sources]
-    for rows in sorted_unique_row_groups(readers, CHUNKS_SCHEMA, CHUNKS_KEY, row_group_rows):
+    for rows in sorted_unique_row_groups(readers, CHUNKS_SCHEMA, CHUNKS_KEY, row_group_rows, row_group_bytes):
         assert rows.num_rows <= row_group_rows
         assert all(column.num_chunks == 1 for column in rows.columns)
         chunks_part.write(rows)
@@ -102,13 +113,14 @@ def bounded_parts(sources: list[pa.Table], previous: pa.Table, carried_ids: pa.A
     return (
         chunks_part.finish(),
         upserts_part.finish(),
-        parquet_bytes(deletes, row_group_rows, "zstd") if deletes.num_rows else b"",
+        parquet_bytes(deletes, row_group_rows, "zstd", row_group_bytes) if deletes.num_rows else b"",
     )
 
 
 @st.composite
 def shards(draw):
-    """(spill tables with retried copies, the previous snapshot's rows, the carried doc_ids, row group rows)."""
+    """(spill tables with retried copies, the previous snapshot's rows, the carried doc_ids, row group rows,
+    row group bytes: None, or from a cap every row is over to one no shard reaches)."""
     doc_ids = draw(
         st.lists(st.sampled_from(["a", "b", "c/d", "é", "e#1", "f", "g"]), min_size=1, max_size=6, unique=True)
     )
@@ -136,28 +148,80 @@ def shards(draw):
     previous = chunks_table(draw(st.permutations(previous_rows)))
     carried_ids = pa.array(sorted(carried), pa.string())
     carried_rows = previous.filter(pc.is_in(previous.column("doc_id"), value_set=carried_ids))
-    return [carried_rows, *spills], previous, carried_ids, draw(st.sampled_from([1, 2, 3, 5, 1000]))
+    row_group_bytes = draw(st.sampled_from([None, 1, 400, 900, 2500, 10**9]))
+    return [carried_rows, *spills], previous, carried_ids, draw(st.sampled_from([1, 2, 3, 5, 1000])), row_group_bytes
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(shards())
 def test_bounded_merge_writes_the_whole_table_merges_parts(shard):
-    sources, previous, carried_ids, row_group_rows = shard
-    assert bounded_parts(sources, previous, carried_ids, row_group_rows) == reference_parts(
-        sources, previous, carried_ids, row_group_rows
-    )
+    assert bounded_parts(*shard) == reference_parts(*shard)
 
 
 @settings(max_examples=150, deadline=None)
 @given(shards())
 def test_bounded_rows_are_the_sorted_unique_rows(shard):
-    sources, _, _, row_group_rows = shard
+    sources, _, _, row_group_rows, row_group_bytes = shard
     readers = [lambda table=table: table for table in sources]
-    groups = list(sorted_unique_row_groups(readers, CHUNKS_SCHEMA, CHUNKS_KEY, row_group_rows))
+    groups = list(sorted_unique_row_groups(readers, CHUNKS_SCHEMA, CHUNKS_KEY, row_group_rows, row_group_bytes))
     expected = sorted_unique(pa.concat_tables([CHUNKS_SCHEMA.empty_table(), *sources]), CHUNKS_KEY)
     assert pa.concat_tables([CHUNKS_SCHEMA.empty_table(), *groups]).equals(expected)
     keys = expected.select(list(CHUNKS_KEY)).to_pylist()
     assert len({tuple(key.values()) for key in keys}) == len(keys)  # no retried copy survives
+    assert_row_groups_follow_the_rule([group.num_rows for group in groups], expected, row_group_rows, row_group_bytes)
+
+
+def assert_row_groups_follow_the_rule(group_rows: list[int], table: pa.Table, row_group_rows: int, row_group_bytes):
+    """Row groups of ``group_rows`` rows over ``table``: at most ``row_group_rows`` rows each, under
+    ``row_group_bytes`` but for their last row (a row larger than the cap is a row group alone), each but the
+    last ended by its rows or its bytes, and where :func:`row_group_ends` puts them."""
+    sizes = row_bytes(table)
+    ends = list(np.cumsum(group_rows))
+    assert ends == row_group_ends(sizes, row_group_rows, row_group_bytes)
+    for index, (start, end) in enumerate(zip([0, *ends], ends)):
+        assert 0 < end - start <= row_group_rows
+        if row_group_bytes is None:
+            assert index == len(ends) - 1 or end - start == row_group_rows
+            continue
+        assert sizes[start : end - 1].sum() < row_group_bytes
+        if index < len(ends) - 1:
+            assert end - start == row_group_rows or sizes[start:end].sum() >= row_group_bytes
+
+
+@settings(max_examples=100, deadline=None)
+@given(shards(), st.data())
+def test_a_part_written_in_pieces_has_the_row_groups_of_the_whole_table(shard, data):
+    """Rows handed to the writer in tables of any sizes: the row groups, and the bytes, of the whole table."""
+    sources, _, _, row_group_rows, row_group_bytes = shard
+    table = sorted_unique(pa.concat_tables([CHUNKS_SCHEMA.empty_table(), *sources]), CHUNKS_KEY)
+    cuts = sorted(data.draw(st.lists(st.integers(0, table.num_rows), max_size=5)))
+    writer = PartWriter(CHUNKS_SCHEMA, row_group_rows, "zstd", row_group_bytes)
+    for start, stop in zip([0, *cuts], [*cuts, table.num_rows]):
+        writer.write(table.slice(start, stop - start))
+    part = writer.finish()
+    assert part == (parquet_bytes(table, row_group_rows, "zstd", row_group_bytes) if table.num_rows else b"")
+    if table.num_rows:
+        metadata = pq.ParquetFile(pa.BufferReader(part)).metadata
+        group_rows = [metadata.row_group(index).num_rows for index in range(metadata.num_row_groups)]
+        assert_row_groups_follow_the_rule(group_rows, table, row_group_rows, row_group_bytes)
+        assert pq.ParquetFile(pa.BufferReader(part)).read().equals(table)
+
+
+def test_row_bytes_are_the_values_arrow_holds():
+    table = pa.table(
+        {
+            "text": pa.array(["tide", None, "é"], pa.large_string()),
+            "name": pa.array(["a", "bc", ""], pa.string()),
+            "heading_path": pa.array([["Intro", "Use"], None, []], pa.list_(pa.string())),
+            "count": pa.array([1, 2, None], pa.int32()),
+            "flag": pa.array([True, None, False]),
+        }
+    )
+    # large_string: length + 8; string: length + 4; list: 4 + its items; int32: 4; bool: 1.
+    assert list(row_bytes(table)) == [12 + 5 + (4 + 9 + 7) + 4 + 1, 8 + 6 + 4 + 4 + 1, 10 + 4 + 4 + 4 + 1]
+    assert list(row_bytes(table.slice(1))) == list(row_bytes(table))[1:]
+    sliced = table.column("heading_path").chunk(0).slice(1)
+    assert list(row_bytes(pa.table({"heading_path": sliced}))) == [4, 4]
 
 
 def test_part_writer_matches_whole_table_bytes_when_row_groups_split_pages():
@@ -243,6 +307,57 @@ def test_merging_a_shard_far_larger_than_a_row_group_holds_about_one_row_group()
     assert bound < shard_bytes / 3 < whole.peak / 3
 
 
+def test_a_shard_with_fewer_rows_than_a_row_group_is_merged_a_byte_capped_row_group_at_a_time():
+    """A shard of 40 spill files (about 25 MB of rows, 40,000 rows) with the default ``row_group_rows``
+    (65,536: the shard's rows would be one row group) and row groups capped at 1 MB of rows. Each spill
+    file is read as the sink reads it, into a buffer of pyarrow's pool viewed without copying: pyarrow's pool
+    never holds more than a few row groups and two spill files (not the shard's spill files, which the keys
+    of every spill would keep if they were views of them), and the part holds the rows in row groups of
+    about 1 MB."""
+    row_group_rows, row_group_bytes, rows_per_spill = 65_536, 1_000_000, 1000
+    encoded = []
+    for spill in range(40):
+        rows = [
+            chunk_row(f"doc-{(spill * 37 + index * 13) % 4000:04d}", spill, "tide gauge reading " * 30 + str(index))
+            for index in range(rows_per_spill)
+        ]
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_file(sink, CHUNKS_SCHEMA) as writer:
+            writer.write_table(chunks_table(rows))
+        encoded.append(sink.getvalue().to_pybytes())  # outside the pool: the spill files on disk
+    spill_bytes = max(len(data) for data in encoded)
+    shard_bytes = sum(len(data) for data in encoded)
+
+    def reader(data: bytes):
+        def read() -> pa.Table:
+            buffer = pa.allocate_buffer(len(data))  # the file read into memory...
+            np.frombuffer(buffer, np.uint8)[:] = np.frombuffer(data, np.uint8)
+            return pa.ipc.open_file(pa.BufferReader(buffer)).read_all()  # ...and its table a view of it
+
+        return read
+
+    with _PeakArrowBytes() as bounded:
+        writer = PartWriter(CHUNKS_SCHEMA, row_group_rows, "zstd", row_group_bytes)
+        for rows in sorted_unique_row_groups(
+            [reader(data) for data in encoded], CHUNKS_SCHEMA, CHUNKS_KEY, row_group_rows, row_group_bytes
+        ):
+            assert rows.nbytes < 2 * row_group_bytes
+            writer.write(rows)
+            del rows
+        part = writer.finish()
+    bound = 4 * row_group_bytes + 2 * spill_bytes
+    print(f"peak {bounded.peak / 1e6:.1f} MB; bound {bound / 1e6:.1f} MB; shard {shard_bytes / 1e6:.1f} MB")
+    assert bounded.peak <= bound < shard_bytes / 2
+
+    merged = sorted_unique(pa.concat_tables([reader(data)() for data in encoded]), CHUNKS_KEY)
+    assert part == parquet_bytes(merged, row_group_rows, "zstd", row_group_bytes)
+    metadata = pq.ParquetFile(pa.BufferReader(part)).metadata
+    assert metadata.num_rows == merged.num_rows == 40 * rows_per_spill
+    group_rows = [metadata.row_group(index).num_rows for index in range(metadata.num_row_groups)]
+    assert metadata.num_row_groups >= 20
+    assert_row_groups_follow_the_rule(group_rows, merged, row_group_rows, row_group_bytes)
+
+
 def test_system_allocations_switch_the_pool_for_the_block_only():
     before = pa.default_memory_pool().backend_name
     try:
@@ -284,3 +399,44 @@ def test_the_sinks_merge_of_a_retried_spill_writes_the_whole_table_merges_parts(
             assert len(parts) == 1, (table_name, shard, written)
             assert parts[0].read_bytes() == parquet_bytes(table, 3, "zstd")
         assert expected.num_rows == len({row["chunk_id"] for row in rows})
+
+
+_MAPPED_AFTER_A_LARGER_FREE = """
+import ctypes, sys
+from chunkline.dataset.merge import map_large_allocations
+
+class MallocInfo(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()]
+
+libc = ctypes.CDLL(None)
+libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+libc.mallinfo2.restype = MallocInfo
+if sys.argv[1] == "fixed":
+    assert map_large_allocations() is True
+libc.free(libc.malloc(24 << 20))
+mapped = libc.mallinfo2().hblkhd
+block = libc.malloc(8 << 20)
+print(libc.mallinfo2().hblkhd - mapped)
+libc.free(block)
+"""
+
+
+def test_large_allocations_are_mapped_on_their_own_even_after_a_larger_one_was_freed():
+    """glibc raises its mapping threshold to a freed 24 MB buffer's size and serves the next 8 MB from its
+    heap, where it stays resident once freed; with the fixed threshold it is mapped on its own (a fresh
+    process each time, whose heap holds no free block that large)."""
+    import subprocess
+    import sys
+
+    if not hasattr(ctypes.CDLL(None), "mallinfo2"):  # not glibc 2.33 or later: no figures to check it with
+        assert isinstance(map_large_allocations(), bool)
+        return
+
+    def mapped_for_8_mb(mode: str) -> int:
+        script = [sys.executable, "-c", _MAPPED_AFTER_A_LARGER_FREE, mode]
+        return int(subprocess.run(script, check=True, capture_output=True, text=True).stdout)
+
+    assert mapped_for_8_mb("dynamic") == 0
+    assert mapped_for_8_mb("fixed") >= 8 << 20

@@ -272,6 +272,8 @@ HUGE = 10**21
 BOUNDED_SETTINGS = {
     "input.max_file_bytes": (f"input.max_file_bytes={HUGE}", "max_file_bytes must be a whole number from 1 to 2,147,"),
     "output.row_group_rows": (f"output.row_group_rows={HUGE}", "row_group_rows must be a whole number from 1 to"),
+    "output.row_group_bytes": (f"output.row_group_bytes={HUGE}", "row_group_bytes must be a whole number from 1 to"),
+    "output.row_group_bytes=0": ("output.row_group_bytes=0", "row_group_bytes must be a whole number from 1 to"),
     "output.keep": (f"output.keep={HUGE}", "keep must be a whole number from 1 to"),
     "output.lock_expiry_seconds": (f"output.lock_expiry_seconds={HUGE}", "lock_expiry_seconds must be a whole number"),
     "output.shards": ("output.shards=10001", "shards must be a whole number from 1 to 10,000"),
@@ -303,6 +305,7 @@ def test_numeric_settings_at_their_bounds_are_accepted():
     config = run_config(
         "input.max_file_bytes=2147483647",
         "output.row_group_rows=2147483647",
+        "output.row_group_bytes=2147483647",
         "output.shards=10000",
         "run.workers=256",
         "max_tokens=2147483647",
@@ -311,6 +314,7 @@ def test_numeric_settings_at_their_bounds_are_accepted():
         "chunking.regex.timeout_seconds=86400",
     )
     assert (config.input.max_file_bytes, config.output.row_group_rows) == (2**31 - 1, 2**31 - 1)
+    assert config.output.row_group_bytes == 2**31 - 1
     assert (config.output.shards, config.run.workers, config.chunking.max_tokens) == (10_000, 256, 2**31 - 1)
     assert config.chunking.params.timeout_seconds == 86_400.0
 

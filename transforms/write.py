@@ -12,8 +12,8 @@ bytes and the same name, whatever the runner, the bundling or the number of work
 
 The merge of a shard's chunks is bounded (see :mod:`chunkline.dataset.merge`): it sorts the key columns
 alone and writes the part one row group at a time, so it holds about one row group (``output.row_group_rows``
-rows, or the whole shard when it has fewer) rather than every spilled row and a sorted copy. Raising
-``output.shards`` with the corpus keeps each shard, and so each merge, small.
+rows or ``output.row_group_bytes`` bytes of rows, whichever comes first) rather than every spilled row and a
+sorted copy, however large the shard.
 
 With a previous snapshot (``WriteSettings.previous``) the merge also writes the shard's ``changes/``
 tables: the chunk rows to upsert and the chunk ids to delete, found by comparing the shard's rows with the

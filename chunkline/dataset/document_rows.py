@@ -26,6 +26,7 @@ from chunkline.dataset.bundle import BundleStep
 from chunkline.dataset.decoding import BinaryFileError, decode_file
 from chunkline.dataset.front_matter_columns import FRONT_MATTER_MISMATCH, front_matter_values
 from chunkline.dataset.inputs import FileProblem, SourceFile
+from chunkline.dataset.merge import map_large_allocations
 from chunkline.dataset.storage import scrub_secrets
 from chunkline.engine import chunk_document
 from chunkline.schemas import FrontMatterColumn, table_schemas
@@ -72,6 +73,7 @@ class DocumentChunker(BundleStep):
         self._front_matter_columns = front_matter_columns
 
     def setup(self) -> None:
+        map_large_allocations()  # a worker's large buffers (a document's, a spill's) are given back when freed
         self._counter = counter_for(self._config)
         self._row_types = {
             table: pa.struct(list(schema)) for table, (schema, _) in table_schemas(self._front_matter_columns).items()

@@ -176,6 +176,7 @@ def rebuild_fingerprint(config: RunConfig) -> str:
         "max_file_bytes": config.input.max_file_bytes,
         "shards": config.output.shards,
         "row_group_rows": config.output.row_group_rows,
+        "row_group_bytes": config.output.row_group_bytes,
         "compression": config.output.compression,
     }
     if config.output.promoted_front_matter:  # the chunk rows hold these columns (none: as before they existed)

@@ -15,6 +15,7 @@
       url: out/                      # or --output
       shards: 8
       row_group_rows: 65536
+      row_group_bytes: 16000000      # a row group also ends at this many bytes of rows (uncompressed)
       keep: 3                        # snapshots kept after a new one is published
       max_deleted_fraction: 0.5      # a run deleting more of the previous snapshot's documents publishes nothing
       front_matter_columns: {}       # front-matter key -> type: typed chunks columns (tags: list<string>)
@@ -131,7 +132,12 @@ class OutputConfig:
     shards: int = 8
     """Files per table: a document's rows go to the shard picked by a hash of its doc_id."""
     row_group_rows: int = 65_536
-    """Rows per Parquet row group."""
+    """Rows per Parquet row group, at most."""
+    row_group_bytes: int = 16_000_000
+    """Bytes of rows per Parquet row group (uncompressed, as Arrow holds them): a row group ends at
+    ``row_group_rows`` rows or once its rows reach this many bytes, whichever comes first (see
+    :mod:`chunkline.dataset.row_groups`). The merge of a shard gathers and encodes one row group at a time,
+    so this bounds its memory whatever the shard's size."""
     compression: str = "zstd"
     """Parquet compression codec."""
     keep: int = 3
@@ -156,6 +162,7 @@ class OutputConfig:
         check_whole_number(self.lock_expiry_seconds, "lock_expiry_seconds", minimum=1)
         check_whole_number(self.shards, "shards", minimum=1, maximum=MAX_SHARDS)
         check_whole_number(self.row_group_rows, "row_group_rows", minimum=1)
+        check_whole_number(self.row_group_bytes, "row_group_bytes", minimum=1)
         check_compression(self.compression)
         parse_front_matter_columns(self.front_matter_columns)
 
@@ -234,6 +241,7 @@ class RunConfig:
                 "url": self.output.url,
                 "shards": self.output.shards,
                 "row_group_rows": self.output.row_group_rows,
+                "row_group_bytes": self.output.row_group_bytes,
                 "compression": self.output.compression,
                 "keep": self.output.keep,
                 "lock_expiry_seconds": self.output.lock_expiry_seconds,

@@ -35,6 +35,7 @@ from chunkline.dataset.merge import (
     chunk_deletes,
     chunk_upserts,
     documents_changes,
+    map_large_allocations,
     not_carried,
     read_shard_plan,
     release_freed_memory,
@@ -70,6 +71,8 @@ class WriteSettings:
     shards: int
     row_group_rows: int
     compression: str = "zstd"
+    row_group_bytes: int | None = 16_000_000
+    """A row group also ends once its rows reach this many bytes (``output.row_group_bytes``); None: rows only."""
     storage_options: dict[str, Any] | None = None
     spill_bytes: int = 8_000_000
     """Buffered row text (approximate bytes) per worker before a spill file is written."""
@@ -96,6 +99,7 @@ def write_settings_for(config: RunConfig, run_id: str, plan: RebuildPlan) -> Wri
         snapshot_url=snapshot_url(output_url, run_id),
         shards=config.output.shards,
         row_group_rows=config.output.row_group_rows,
+        row_group_bytes=config.output.row_group_bytes,
         compression=config.output.compression,
         storage_options=dict(config.output.storage_options),
         secrets=tuple(config.secrets()),
@@ -204,17 +208,18 @@ class MergeShard(BundleStep):
     Memory: ``chunks`` (and with it ``changes/upserts``) is merged one output row group at a time
     (:func:`~chunkline.dataset.merge.sorted_unique_row_groups`, :class:`~chunkline.dataset.merge.PartWriter`):
     the merge holds the shard's key columns, one spill file and about 1.2 row groups of chunk rows, where a
-    row group is ``output.row_group_rows`` rows or the whole shard when the shard has fewer, so either a
-    smaller ``output.row_group_rows`` or more ``output.shards`` bounds it (both change the part files). An
-    incremental or compared run also holds the previous part's rows of the shard. ``documents`` and
-    ``errors`` (one row per document) are merged whole. The price is reading each chunks spill file again
-    for each row group and group of columns (twice for a shard of up to 16 MB of rows in one row group, at
-    most five times a row group): on object storage, as many GETs."""
+    row group ends at ``output.row_group_rows`` rows or ``output.row_group_bytes`` bytes of rows (16 MB),
+    whichever comes first, so that a shard's size does not change what its merge holds. An incremental or
+    compared run also holds the previous part's rows of the shard. ``documents`` and ``errors`` (one row per
+    document) are merged whole. The price is reading each chunks spill file again for each row group and
+    group of columns (twice for a shard of one row group, at most five times a row group): on object
+    storage, as many GETs."""
 
     def __init__(self, settings: WriteSettings):
         self._settings = settings
 
     def setup(self) -> None:
+        map_large_allocations()  # a merge's large buffers are given back when freed
         options = self._settings.storage_options or {}
         self._fs, staging_root = url_to_fs(self._settings.staging_url, **options)
         self._staging_root = staging_root.rstrip("/")
@@ -276,11 +281,12 @@ class MergeShard(BundleStep):
             functools.partial(self._read_spill, path) for path in self._spill_paths("chunks", shard)
         ]
         row_group_rows, compression = self._settings.row_group_rows, self._settings.compression
-        chunks_part = PartWriter(schema, row_group_rows, compression)
-        upserts_part = PartWriter(upserts_schema, row_group_rows, compression)
+        row_group_bytes = self._settings.row_group_bytes
+        chunks_part = PartWriter(schema, row_group_rows, compression, row_group_bytes)
+        upserts_part = PartWriter(upserts_schema, row_group_rows, compression, row_group_bytes)
         new_chunk_ids = []
         try:
-            for rows in sorted_unique_row_groups(sources, schema, key, row_group_rows):
+            for rows in sorted_unique_row_groups(sources, schema, key, row_group_rows, row_group_bytes):
                 chunks_part.write(rows)
                 new_chunks = not_carried(rows, carried_ids)
                 del rows
@@ -391,7 +397,11 @@ class MergeShard(BundleStep):
         if not table.num_rows:
             return
         yield from self._write_part(
-            table_name, shard, parquet_bytes(table, self._settings.row_group_rows, self._settings.compression)
+            table_name,
+            shard,
+            parquet_bytes(
+                table, self._settings.row_group_rows, self._settings.compression, self._settings.row_group_bytes
+            ),
         )
 
     def _write_part(self, table_name: str, shard: int, data: bytes) -> Iterator[str]:

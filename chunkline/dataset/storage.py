@@ -11,10 +11,13 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from fsspec.core import url_to_fs
 from fsspec.implementations.local import LocalFileSystem
+
+from chunkline.dataset.row_groups import row_bytes, row_group_ends
 
 __all__ = [
     "StorageError",
@@ -337,15 +340,30 @@ def read_parquet_bytes(data: bytes, schema: pa.Schema, columns: list[str] | None
     return table.cast(schema)
 
 
-def parquet_bytes(table: pa.Table, row_group_rows: int, compression: str) -> bytes:
-    """The Parquet encoding of ``table`` (deterministic for the same rows and library versions)."""
+def parquet_bytes(table: pa.Table, row_group_rows: int, compression: str, row_group_bytes: int | None = None) -> bytes:
+    """The Parquet encoding of ``table`` (deterministic for the same rows and library versions), in row groups
+    of ``row_group_rows`` rows ended at ``row_group_bytes`` bytes of rows (see
+    :mod:`chunkline.dataset.row_groups`)."""
     sink = io.BytesIO()
-    pq.write_table(
-        table,
-        sink,
-        row_group_size=row_group_rows,
-        compression=compression,
-        write_statistics=True,
-        store_schema=True,
+    ends = row_group_ends(
+        row_bytes(table) if row_group_bytes is not None else np.zeros(table.num_rows, np.int64),
+        row_group_rows,
+        row_group_bytes,
     )
+    if all(end == min((index + 1) * row_group_rows, table.num_rows) for index, end in enumerate(ends)):
+        # Row groups of row_group_rows rows: the table is written at once.
+        pq.write_table(
+            table,
+            sink,
+            row_group_size=row_group_rows,
+            compression=compression,
+            write_statistics=True,
+            store_schema=True,
+        )
+        return sink.getvalue()
+    with pq.ParquetWriter(
+        sink, table.schema, compression=compression, write_statistics=True, store_schema=True
+    ) as writer:
+        for start, end in zip([0, *ends], ends):
+            writer.write_table(table.slice(start, end - start).combine_chunks(), row_group_size=end - start)
     return sink.getvalue()

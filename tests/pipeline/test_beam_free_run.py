@@ -8,7 +8,7 @@ front-matter columns, one of whose values does not fit its type (an errors row o
 chunks). Each run is made twice, once with no Beam argument (no runner) and once with ``--runner
 FnApiRunner``; every part file of every table, ``changes/`` included, must have the same name and bytes, in
 a full run and in an incremental one (documents edited, added and deleted) that the runner's side runs on
-the runner too.
+the runner too, with row groups small enough in bytes that each part holds several.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
+import pyarrow.parquet as pq
 import pytest
 
 from chunkline.config import ChunkConfig
@@ -42,6 +43,7 @@ ON_THE_RUNNER = ["--runner", "FnApiRunner"]
 FRONT_MATTER_CONFIG = """\
 output:
   shards: 3
+  row_group_bytes: 20000
   front_matter_columns:
     tags: list<string>
     weight: float
@@ -112,6 +114,9 @@ def test_the_run_without_a_runner_stages_the_runners_files_byte_for_byte(realist
     assert (free.chunks, free.tokens, free.input_bytes) == (on_runner.chunks, on_runner.tokens, on_runner.input_bytes)
     assert free.chunks > 3 * by_status["ok"]
     assert table_digests(free_output, ALL_TABLES) == table_digests(runner_output, ALL_TABLES)
+    # Parts of several row groups, cut by their bytes (output.row_group_bytes), on both sides.
+    chunk_parts = read_manifest(str(free_output))["tables"]["chunks"]["files"]
+    assert max(pq.ParquetFile(free_output / name).metadata.num_row_groups for name in chunk_parts) > 2
 
     # Incremental: two documents edited, one added, one deleted; the others carried over by the merges.
     guide = root / "sample" / "guide" / "configuration.md"

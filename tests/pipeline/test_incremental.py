@@ -262,6 +262,29 @@ def test_a_changed_chunking_config_rebuilds_everything_by_itself(corpus, tmp_pat
     assert all(row["chunks_upserted"] > 0 for row in changes.values() if row["change"] == "changed")
 
 
+def test_a_changed_row_group_byte_cap_rebuilds_everything_into_the_new_row_groups(corpus, tmp_path, chunked_documents):
+    """``output.row_group_bytes`` decides the part files (not the rows): changing it rebuilds in full, the
+    same rows in other row groups, so that an incremental run after it still writes a full rebuild's files."""
+    import pyarrow.parquet as pq
+
+    output = tmp_path / "out"
+    run([corpus], output)
+    before = {table: read_dataset(str(output), table) for table in ROW_TABLES}
+    chunked_documents.clear()
+    summary = run([corpus], output, "output.row_group_bytes=4000")
+    assert summary.rebuild["mode"] == "full" and "settings differ" in summary.rebuild["reason"]
+    assert sorted(chunked_documents) == sorted(CORPUS)
+    for table in ROW_TABLES:
+        assert read_dataset(str(output), table).equals(before[table]), table
+    parts = [output / name for name in read_manifest(str(output))["tables"]["chunks"]["files"]]
+    groups = [pq.ParquetFile(part).metadata.num_row_groups for part in parts]
+    assert parts and max(groups) > 1, groups
+    assert all(change["change"] == "unchanged" for change in _changes(output).values())
+    chunked_documents.clear()
+    again = run([corpus], output, "output.row_group_bytes=4000")
+    assert again.rebuild["mode"] == "incremental" and chunked_documents == []
+
+
 def test_reindex_chunks_everything_and_finds_nothing_changed(corpus, tmp_path, chunked_documents, capsys):
     from chunkline.pipelines.cli import main
 
