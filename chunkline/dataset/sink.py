@@ -13,7 +13,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
+import logging
+import os
 import posixpath
+import threading
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
@@ -51,12 +54,23 @@ from chunkline.dataset.storage import (
     list_files,
     parquet_bytes,
     read_file_bytes,
+    scrub_secrets,
     storage_url,
     write_file_atomically,
 )
 from chunkline.schemas import ROW_TABLES, FrontMatterColumn, table_schemas
 
-__all__ = ["MergeShard", "SpillRows", "WriteSettings", "write_settings_for", "write_tables_in_process"]
+__all__ = [
+    "MergeShard",
+    "SpillRows",
+    "WriteSettings",
+    "merge_shards",
+    "merge_threads",
+    "write_settings_for",
+    "write_tables_in_process",
+]
+
+logger = logging.getLogger("chunkline")
 
 
 @dataclass(frozen=True)
@@ -437,9 +451,84 @@ def with_columns_of(table: pa.Table, schema: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=schema)
 
 
-def write_tables_in_process(settings: WriteSettings, rows: Iterable[list[tuple[str, dict[str, Any]]]]) -> list[str]:
-    """Spill per-document row lists and merge every shard in this process; returns the part files' paths."""
+MERGE_THREADS = 2
+"""The most shards a run in this process merges at once. Parquet's encoding, decoding and compression
+release the GIL, so a second merge uses a second core; each merge holds its own row group of rows (see
+:class:`MergeShard`), so this bounds the merges' memory too."""
+
+
+def merge_threads(shards: int) -> int:
+    """How many shards a run in this process merges at once: one per core this process may use, at most
+    :data:`MERGE_THREADS` and ``shards``."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(shards, cores, MERGE_THREADS))
+
+
+def write_tables_in_process(
+    settings: WriteSettings, rows: Iterable[list[tuple[str, dict[str, Any]]]], threads: int | None = None
+) -> list[str]:
+    """Spill per-document row lists and merge every shard in this process, ``threads`` shards at once (by
+    default :func:`merge_threads`); returns the part files' paths, shard by shard."""
     if settings.shards < 1:
         raise ValueError("shards must be >= 1")
     spills_done = list(run_bundle(SpillRows(settings), rows))
-    return list(run_bundle(MergeShard(settings), range(settings.shards), spills_done=spills_done))
+    return merge_shards(settings, spills_done, merge_threads(settings.shards) if threads is None else threads)
+
+
+def merge_shards(settings: WriteSettings, spills_done: list[int], threads: int) -> list[str]:
+    """Merge every shard, ``threads`` at once, each thread with its own :class:`MergeShard` taking the next
+    shard not yet merged; returns the part files' paths in shard order (the parts themselves are the same
+    whichever thread merged them).
+
+    When a shard's merge fails, no thread starts another shard, and the first error is raised once every
+    thread has stopped, with the other failures added to it as notes (and logged): the caller publishes
+    nothing. A failed shard may have written some of its parts, as a failed merge on a runner does; they
+    are staged only, and discarded with the run."""
+    shards = range(settings.shards)
+    if threads <= 1 or settings.shards < 2:
+        return list(run_bundle(MergeShard(settings), shards, spills_done=spills_done))
+    lock = threading.Lock()
+    pending = iter(shards)
+    written: dict[int, list[str]] = {}
+    failures: list[tuple[int | None, BaseException]] = []
+
+    def take() -> int | None:
+        with lock:
+            return None if failures else next(pending, None)
+
+    def merge() -> None:
+        shard = None
+        step = MergeShard(settings)
+        try:
+            step.setup()
+            try:
+                step.start_bundle()
+                while (shard := take()) is not None:
+                    written[shard] = list(step.process(shard, spills_done=spills_done))
+                shard = None
+                step.finish_bundle()
+            finally:
+                step.teardown()
+        except BaseException as error:  # raised on the calling thread once every merge has stopped
+            with lock:
+                failures.append((shard, error))
+
+    helpers = [
+        threading.Thread(target=merge, name=f"chunkline-merge-{number}", daemon=True) for number in range(1, threads)
+    ]
+    for helper in helpers:
+        helper.start()
+    try:
+        merge()
+    finally:
+        for helper in helpers:
+            helper.join()
+    if failures:
+        (_, first), others = failures[0], failures[1:]
+        for shard, error in others:
+            where = "a merge" if shard is None else f"the merge of shard {shard}"
+            note = f"{where} failed too: {type(error).__name__}: {error}"
+            logger.error("chunkline: %s", scrub_secrets(note, settings.secrets))
+            first.add_note(scrub_secrets(note, settings.secrets))
+        raise first
+    return [path for shard in shards for path in written[shard]]

@@ -1,0 +1,127 @@
+"""A run in this process merges its shards on a few threads: the parts are those one thread writes, and a
+shard whose merge fails fails the run, which then publishes nothing.
+
+The corpus is the repository's sample corpus and the tests' markdown fixtures (front matter, CRLF line
+endings, an empty file, long sections with code and tables), with a binary file and a file that is not
+UTF-8 (error rows), split into six shards so that each thread merges several, in a full run and in an
+incremental one (documents edited, added and deleted: some shards merged, others copied).
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from chunkline.dataset import sink
+from chunkline.dataset.layout import STAGING_FOLDER
+from chunkline.dataset.publish import read_manifest
+from chunkline.dataset.settings import load_run_config
+from chunkline.pipelines.run import RunSummary, run_pipeline
+from chunkline.schemas import CHANGE_TABLES, ROW_TABLES
+
+from .conftest import all_file_digests, table_digests, write_files
+
+pytestmark = pytest.mark.timeout(300)
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+ALL_TABLES = ROW_TABLES + CHANGE_TABLES
+SHARDS = 6
+
+
+@pytest.fixture
+def corpus(tmp_path) -> Path:
+    root = tmp_path / "corpus"
+    shutil.copytree(REPOSITORY / "sample_corpus", root / "sample")
+    shutil.copytree(REPOSITORY / "tests" / "fixtures" / "markdown", root / "fixtures")
+    write_files(
+        root,
+        {
+            "assets/logo.md": b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)),
+            "legacy/latin1.md": "# Caf\xe9\n\nNa\xefve r\xe9sum\xe9.\n".encode("latin-1"),
+        },
+    )
+    return root
+
+
+def _run(corpus: Path, output: Path, *overrides: str) -> RunSummary:
+    config = load_run_config(
+        None,
+        [f"output.shards={SHARDS}", "chunking.max_tokens=128", *overrides],
+        environ={},
+        inputs=[str(corpus)],
+        output=str(output),
+    )
+    return run_pipeline(config)
+
+
+def _edit(corpus: Path) -> None:
+    guide = corpus / "sample" / "guide" / "configuration.md"
+    guide.write_bytes(guide.read_bytes() + b"\n## Reloading\n\nSend SIGHUP to reload the configuration.\n")
+    write_files(corpus, {"sample/guide/tides.md": b"# Tides\n\nHigh water twice a day.\n"})
+    (corpus / "sample" / "operations" / "windows-install.md").unlink()
+
+
+def test_shards_merged_on_threads_are_the_parts_one_thread_merges(corpus, tmp_path, monkeypatch):
+    outputs = {threads: tmp_path / f"dataset-{threads}" for threads in (1, 3)}
+    calls = []
+    real_merge_shards = sink.merge_shards
+
+    def merge_shards(settings, spills_done, threads):
+        calls.append(threads)
+        return real_merge_shards(settings, spills_done, threads)
+
+    monkeypatch.setattr(sink, "merge_shards", merge_shards)
+    pool_before = pa.default_memory_pool().backend_name
+    for incremental in (False, True):
+        if incremental:
+            _edit(corpus)
+        summaries = {}
+        for threads, output in outputs.items():
+            monkeypatch.setattr(sink, "merge_threads", lambda shards, threads=threads: threads)
+            summaries[threads] = _run(corpus, output, "run.workers=0")
+            # The full runs' merges switch to the system allocator: whatever order the threads leave in,
+            # the pool the run found is back.
+            assert pa.default_memory_pool().backend_name == pool_before
+        assert {summary.rebuild["mode"] for summary in summaries.values()} == {"incremental" if incremental else "full"}
+        assert summaries[1].chunks == summaries[3].chunks > 40
+        assert table_digests(outputs[1], ALL_TABLES) == table_digests(outputs[3], ALL_TABLES)
+        documents = read_manifest(str(outputs[3]))["tables"]["documents"]["files"]
+        assert len(documents) == SHARDS  # every shard has documents: each thread merged some
+    assert calls == [1, 3, 1, 3]
+    changes = summaries[3].changes
+    assert (changes["added"], changes["changed"], changes["deleted"]) == (1, 1, 1)
+
+
+def test_a_failed_shard_merge_fails_the_run_and_publishes_nothing(corpus, tmp_path, monkeypatch):
+    output = tmp_path / "dataset"
+    _run(corpus, output, "run.workers=0")
+    published = all_file_digests(output)
+    _edit(corpus)
+    (corpus / "sample" / "guide" / "tides.md").write_bytes(b"# Tides\n\nLow water too.\n" * 50)
+
+    monkeypatch.setattr(sink, "merge_threads", lambda shards: 2)
+    real_merge_table = sink.MergeShard._merge_table
+    both_failing = threading.Barrier(2, timeout=60)
+    failing = set()
+
+    def merge_table(self, table_name, shard, *arguments):
+        if table_name == "errors" and len(failing) < 2:
+            # The first two shards merged, one on each thread, fail together.
+            failing.add(shard)
+            both_failing.wait()
+            raise OSError(f"disk full while merging shard {shard}")
+        return real_merge_table(self, table_name, shard, *arguments)
+
+    monkeypatch.setattr(sink.MergeShard, "_merge_table", merge_table)
+    with pytest.raises(OSError, match="disk full while merging shard") as raised:
+        _run(corpus, output, "run.workers=0", "run.reindex=true")
+    first = int(str(raised.value).rsplit(" ", 1)[1])
+    (other,) = failing - {first}
+    assert any(f"the merge of shard {other} failed too: OSError" in note for note in raised.value.__notes__)
+    # Nothing of the failed run is published, and its staged files are gone.
+    assert all_file_digests(output) == published
+    assert not list((output / STAGING_FOLDER).glob("*"))
