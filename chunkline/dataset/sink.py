@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import io
 import logging
 import os
 import posixpath
@@ -132,8 +131,12 @@ class SpillRows(BundleStep):
     is buffered as its arrays, which a spill concatenates; other rows (a document in error, or rows a
     pipeline step of its own made) are converted when they are spilled."""
 
-    def __init__(self, settings: WriteSettings):
+    def __init__(self, settings: WriteSettings, background: bool = False):
         self._settings = settings
+        self._background = background
+        """Write each spill on a thread of its own while the next rows are buffered (a run in this process:
+        Arrow's concatenation and IPC encoding and the file writes release the GIL). At most one spill is
+        in flight: the next one waits for it, so at most two spills' rows are held."""
 
     def setup(self) -> None:
         self._fs, root = url_to_fs(self._settings.staging_url, **(self._settings.storage_options or {}))
@@ -145,6 +148,8 @@ class SpillRows(BundleStep):
         self._rows: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
         self._arrays: dict[tuple[str, int], list[pa.StructArray]] = defaultdict(list)
         self._buffered_bytes = 0
+        self._in_flight: threading.Thread | None = None
+        self._spill_failure: list[BaseException] = []
 
     def process(self, element: list[tuple[str, dict[str, Any]]]) -> Iterator[int]:
         arrays = getattr(element, "arrays", None)
@@ -174,32 +179,75 @@ class SpillRows(BundleStep):
         return shard_of(doc_ids.pop(), self._settings.shards) if len(doc_ids) == 1 else None
 
     def finish_bundle(self) -> None:
-        self._spill()
+        self._spill(last=True)
 
-    def _spill(self) -> int:
-        """Write the buffered rows, one file per shard; returns the number of files written."""
-        written = 0
-        for table_name, shard in sorted(set(self._rows) | set(self._arrays)):
-            pieces = self._arrays.get((table_name, shard), [])
-            rows = self._rows.get((table_name, shard))
-            if rows:
-                # Arrow's typed conversion checks every value against its column's type.
-                pieces = [*pieces, pa.array(rows, type=self._row_types[table_name])]
-            if not pieces:
-                continue
-            schema = self._schemas[table_name][0]
-            rows_array = pieces[0] if len(pieces) == 1 else pa.concat_arrays(pieces)
-            table = pa.Table.from_arrays(rows_array.flatten(), schema=schema)
-            path = f"{self._spill_root}/{table_name}/{shard:05d}/{uuid.uuid4().hex}.arrow"
-            sink = io.BytesIO()
-            with ipc.new_file(sink, schema) as writer:
-                writer.write_table(table)
-            write_file_atomically(self._fs, path, sink.getvalue(), secrets=self._settings.secrets)
-            written += 1
+    def teardown(self) -> None:
+        # A run that fails meanwhile discards its staging area: no spill may still be writing into it.
+        if getattr(self, "_in_flight", None) is not None:
+            self._in_flight.join()
+            self._in_flight = None
+        for error in getattr(self, "_spill_failure", []):  # not raised: the run failed before it could be
+            message = scrub_secrets(f"{type(error).__name__}: {error}", self._settings.secrets)
+            logger.error("chunkline: a spill failed too: %s", message)
+        self._spill_failure = []
+
+    def _spill(self, last: bool = False) -> int:
+        """Write the buffered rows, one file per (table, shard); returns the number of files written (or
+        being written, on the spill's thread)."""
+        rows, arrays = self._rows, self._arrays
         self._rows = defaultdict(list)
         self._arrays = defaultdict(list)
         self._buffered_bytes = 0
-        return written
+        files = [key for key in sorted(set(rows) | set(arrays)) if rows.get(key) or arrays.get(key)]
+        if self._background:
+            self._wait_for_spill()
+            if not last:
+                self._in_flight = threading.Thread(
+                    target=self._write_spill_files, args=(files, rows, arrays), name="chunkline-spill", daemon=True
+                )
+                self._in_flight.start()
+                return len(files)
+        self._write_spill_files(files, rows, arrays, raise_errors=True)
+        return len(files)
+
+    def _wait_for_spill(self) -> None:
+        """Wait for the spill in flight, raising its error."""
+        if self._in_flight is not None:
+            self._in_flight.join()
+            self._in_flight = None
+        if self._spill_failure:
+            raise self._spill_failure.pop(0)
+
+    def _write_spill_files(
+        self,
+        files: list[tuple[str, int]],
+        rows: dict[tuple[str, int], list[dict[str, Any]]],
+        arrays: dict[tuple[str, int], list[pa.StructArray]],
+        raise_errors: bool = False,
+    ) -> None:
+        try:
+            for table_name, shard in files:
+                pieces = arrays.pop((table_name, shard), [])
+                table_rows = rows.pop((table_name, shard), None)
+                if table_rows:
+                    # Arrow's typed conversion checks every value against its column's type.
+                    pieces = [*pieces, pa.array(table_rows, type=self._row_types[table_name])]
+                del table_rows
+                schema = self._schemas[table_name][0]
+                rows_array = pieces[0] if len(pieces) == 1 else pa.concat_arrays(pieces)
+                del pieces
+                table = pa.Table.from_arrays(rows_array.flatten(), schema=schema)
+                del rows_array
+                path = f"{self._spill_root}/{table_name}/{shard:05d}/{uuid.uuid4().hex}.arrow"
+                sink = pa.BufferOutputStream()
+                with ipc.new_file(sink, schema) as writer:
+                    writer.write_table(table)
+                del table
+                write_file_atomically(self._fs, path, memoryview(sink.getvalue()), secrets=self._settings.secrets)
+        except BaseException as error:
+            if raise_errors:
+                raise
+            self._spill_failure.append(error)
 
 
 @dataclass
@@ -471,7 +519,7 @@ def write_tables_in_process(
     default :func:`merge_threads`); returns the part files' paths, shard by shard."""
     if settings.shards < 1:
         raise ValueError("shards must be >= 1")
-    spills_done = list(run_bundle(SpillRows(settings), rows))
+    spills_done = list(run_bundle(SpillRows(settings, background=True), rows))
     return merge_shards(settings, spills_done, merge_threads(settings.shards) if threads is None else threads)
 
 

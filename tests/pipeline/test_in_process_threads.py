@@ -1,5 +1,6 @@
-"""A run in this process merges its shards on a few threads: the parts are those one thread writes, and a
-shard whose merge fails fails the run, which then publishes nothing.
+"""A run in this process uses a second core: it writes its spill files on a thread of its own while it
+chunks on, and merges its shards on a few threads. The spilled rows and the parts are those written in
+line by one thread, and a spill or a shard's merge that fails fails the run, which then publishes nothing.
 
 The corpus is the repository's sample corpus and the tests' markdown fixtures (front matter, CRLF line
 endings, an empty file, long sections with code and tables), with a binary file and a file that is not
@@ -14,9 +15,14 @@ import threading
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.ipc as ipc
 import pytest
 
+from chunkline.config import ChunkConfig
 from chunkline.dataset import sink
+from chunkline.dataset.bundle import run_bundle
+from chunkline.dataset.document_rows import DocumentChunker
+from chunkline.dataset.inputs import SourceFile
 from chunkline.dataset.layout import STAGING_FOLDER
 from chunkline.dataset.publish import read_manifest
 from chunkline.dataset.settings import load_run_config
@@ -125,3 +131,82 @@ def test_a_failed_shard_merge_fails_the_run_and_publishes_nothing(corpus, tmp_pa
     # Nothing of the failed run is published, and its staged files are gone.
     assert all_file_digests(output) == published
     assert not list((output / STAGING_FOLDER).glob("*"))
+
+
+def _chunked(corpus: Path) -> list:
+    """Each markdown file of ``corpus`` as the chunker's rows (two of them error rows)."""
+    sources = [
+        SourceFile(
+            path.relative_to(corpus).as_posix(),
+            path.as_uri(),
+            0,
+            str(path),
+            path.stat().st_size,
+            None,
+            path.read_bytes(),
+        )
+        for path in sorted(corpus.rglob("*.md"))
+    ]
+    return list(run_bundle(DocumentChunker(ChunkConfig(max_tokens=128), "strict", ()), sources))
+
+
+def _settings(tmp_path: Path, name: str) -> sink.WriteSettings:
+    return sink.WriteSettings(
+        staging_url=str(tmp_path / name),
+        snapshot_url=str(tmp_path / f"{name}-snapshot"),
+        shards=3,
+        row_group_rows=1000,
+        spill_bytes=20_000,  # many spills, each written while the next rows are buffered
+    )
+
+
+def _spilled(settings: sink.WriteSettings) -> dict[tuple[str, int], tuple[int, pa.Table]]:
+    """(table, shard) -> (its spill files, its spilled rows sorted by the table's key)."""
+    spilled = {}
+    for table_name in ROW_TABLES:
+        schema, key = settings.schemas[table_name]
+        for shard in range(settings.shards):
+            paths = sorted(Path(settings.staging_url).glob(f"spill/{table_name}/{shard:05d}/*.arrow"))
+            read = [ipc.open_file(pa.BufferReader(path.read_bytes())).read_all() for path in paths]
+            table = pa.concat_tables([schema.empty_table(), *read])
+            spilled[(table_name, shard)] = len(paths), table.sort_by([(name, "ascending") for name in key])
+    return spilled
+
+
+def test_spills_written_in_the_background_hold_the_rows_spilled_in_line(corpus, tmp_path):
+    documents = _chunked(corpus)
+    in_line, background = _settings(tmp_path, "in-line"), _settings(tmp_path, "background")
+    files_in_line = sum(run_bundle(sink.SpillRows(in_line), documents))
+    files_in_background = sum(run_bundle(sink.SpillRows(background, background=True), documents))
+    assert files_in_line == files_in_background > 6 * 3
+    expected, spilled = _spilled(in_line), _spilled(background)
+    assert sum(files for files, _ in spilled.values()) == files_in_background
+    assert sum(spilled[("chunks", shard)][1].num_rows for shard in range(3)) > 3 * len(documents)
+    assert (
+        spilled[("errors", 0)][1].num_rows + spilled[("errors", 1)][1].num_rows + spilled[("errors", 2)][1].num_rows
+        == 2
+    )
+    for key, (files, table) in expected.items():
+        assert spilled[key][0] == files and spilled[key][1].equals(table), key
+    assert not [thread for thread in threading.enumerate() if thread.name == "chunkline-spill"]
+
+
+def test_a_spill_that_fails_in_the_background_fails_the_bundle(corpus, tmp_path, monkeypatch):
+    documents = _chunked(corpus)
+    settings = _settings(tmp_path, "failing")
+    real_write = sink.write_file_atomically
+    written, failed_on = [], []
+
+    def write_file_atomically(fs, path, data, **options):
+        if len(written) == 4:  # a file of the first spill, written on the spill's thread
+            failed_on.append(threading.current_thread().name)
+            raise OSError("no space left on device")
+        written.append(path)
+        return real_write(fs, path, data, **options)
+
+    monkeypatch.setattr(sink, "write_file_atomically", write_file_atomically)
+    with pytest.raises(OSError, match="no space left on device"):
+        list(run_bundle(sink.SpillRows(settings, background=True), documents))
+    assert len(written) == 4 and failed_on == ["chunkline-spill"]
+    # Nothing is still writing into the staging area the failed run discards.
+    assert not [thread for thread in threading.enumerate() if thread.name == "chunkline-spill"]
