@@ -63,6 +63,7 @@ __all__ = [
     "MergeShard",
     "SpillRows",
     "WriteSettings",
+    "free_cores",
     "merge_shards",
     "merge_threads",
     "write_settings_for",
@@ -505,22 +506,36 @@ release the GIL, so a second merge uses a second core; each merge holds its own 
 :class:`MergeShard`), so this bounds the merges' memory too."""
 
 
-def merge_threads(shards: int) -> int:
-    """How many shards a run in this process merges at once: one per core this process may use, at most
-    :data:`MERGE_THREADS` and ``shards``."""
+def free_cores() -> int:
+    """The cores this process may use that other processes leave free: those it may run on, less the
+    1-minute load average beyond this process's own one. On a machine that other work keeps busy, a
+    second thread only takes turns with the first (and costs the switching)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(1, min(shards, cores, MERGE_THREADS))
+    try:
+        others = max(0.0, os.getloadavg()[0] - 1.0)
+    except (AttributeError, OSError):  # no load average on this platform
+        others = 0.0
+    return max(1, round(cores - others))
+
+
+def merge_threads(shards: int) -> int:
+    """How many shards a run in this process merges at once: one per free core (:func:`free_cores`), at
+    most :data:`MERGE_THREADS` and ``shards``."""
+    return max(1, min(shards, free_cores(), MERGE_THREADS))
 
 
 def write_tables_in_process(
     settings: WriteSettings, rows: Iterable[list[tuple[str, dict[str, Any]]]], threads: int | None = None
 ) -> list[str]:
     """Spill per-document row lists and merge every shard in this process, ``threads`` shards at once (by
-    default :func:`merge_threads`); returns the part files' paths, shard by shard."""
+    default :func:`merge_threads`; with more than one, the spills are written on a thread of their own);
+    returns the part files' paths, shard by shard."""
     if settings.shards < 1:
         raise ValueError("shards must be >= 1")
-    spills_done = list(run_bundle(SpillRows(settings, background=True), rows))
-    return merge_shards(settings, spills_done, merge_threads(settings.shards) if threads is None else threads)
+    threads = merge_threads(settings.shards) if threads is None else threads
+    # With a core to spare, each spill is written while the next rows are chunked.
+    spills_done = list(run_bundle(SpillRows(settings, background=threads > 1), rows))
+    return merge_shards(settings, spills_done, threads)
 
 
 def merge_shards(settings: WriteSettings, spills_done: list[int], threads: int) -> list[str]:
