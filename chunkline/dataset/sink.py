@@ -151,6 +151,8 @@ class SpillRows(BundleStep):
         self._buffered_bytes = 0
         self._in_flight: threading.Thread | None = None
         self._spill_failure: list[BaseException] = []
+        self.shard_bytes: Counter = Counter()
+        """Shard -> about how many bytes of rows were spilled for it in this bundle (see :func:`row_size`)."""
 
     def process(self, element: list[tuple[str, dict[str, Any]]]) -> Iterator[int]:
         arrays = getattr(element, "arrays", None)
@@ -159,14 +161,18 @@ class SpillRows(BundleStep):
             for table, row in element:
                 if table not in ROW_TABLES:
                     raise ValueError(f"row for unknown table {table!r}")
-                self._rows[(table, shard_of(row["doc_id"], self._settings.shards))].append(row)
-                self._buffered_bytes += row_size(row)
+                row_shard, size = shard_of(row["doc_id"], self._settings.shards), row_size(row)
+                self._rows[(table, row_shard)].append(row)
+                self._buffered_bytes += size
+                self.shard_bytes[row_shard] += size
         else:
             for table, array in arrays.items():
                 if table not in ROW_TABLES:
                     raise ValueError(f"row for unknown table {table!r}")
                 self._arrays[(table, shard)].append(array)
-            self._buffered_bytes += sum(row_size(row) for _, row in element)
+            size = sum(row_size(row) for _, row in element)
+            self._buffered_bytes += size
+            self.shard_bytes[shard] += size
         if self._buffered_bytes >= self._settings.spill_bytes:
             yield self._spill()
 
@@ -518,9 +524,20 @@ def free_cores() -> int:
     return max(1, round(cores - others))
 
 
-def merge_threads(shards: int) -> int:
+MERGE_SIDE_BY_SIDE_BYTES = 4_000_000
+"""The most rows (approximate bytes, see :func:`row_size`) a shard may have for its merge to run beside
+another's. Each merge holds its own shard's rows: over 4x the 10 MB benchmark corpus (7.3 MB of rows in its
+largest shard of 8), two at once peaked at 310 MB resident against 243 MB one at a time; over the corpus
+itself (2.1 MB), at 240-260 MB against 231 MB. Larger shards are merged one at a time, and the peak stays
+that of one merge."""
+
+
+def merge_threads(shards: int, largest_shard_bytes: int = 0) -> int:
     """How many shards a run in this process merges at once: one per free core (:func:`free_cores`), at
-    most :data:`MERGE_THREADS` and ``shards``."""
+    most :data:`MERGE_THREADS` and ``shards``, and one when the largest shard's rows
+    (``largest_shard_bytes``) are over :data:`MERGE_SIDE_BY_SIDE_BYTES`."""
+    if largest_shard_bytes > MERGE_SIDE_BY_SIDE_BYTES:
+        return 1
     return max(1, min(shards, free_cores(), MERGE_THREADS))
 
 
@@ -528,14 +545,37 @@ def write_tables_in_process(
     settings: WriteSettings, rows: Iterable[list[tuple[str, dict[str, Any]]]], threads: int | None = None
 ) -> list[str]:
     """Spill per-document row lists and merge every shard in this process, ``threads`` shards at once (by
-    default :func:`merge_threads`; with more than one, the spills are written on a thread of their own);
-    returns the part files' paths, shard by shard."""
+    default :func:`merge_threads` for the shards' rows; with a core to spare, the spills are written on a
+    thread of their own); returns the part files' paths, shard by shard."""
     if settings.shards < 1:
         raise ValueError("shards must be >= 1")
-    threads = merge_threads(settings.shards) if threads is None else threads
     # With a core to spare, each spill is written while the next rows are chunked.
-    spills_done = list(run_bundle(SpillRows(settings, background=threads > 1), rows))
+    spill = SpillRows(settings, background=(merge_threads(settings.shards) if threads is None else threads) > 1)
+    spills_done = list(run_bundle(spill, rows))
+    if threads is None:
+        # A merge holds its shard's spilled rows, and the previous snapshot's rows of the shard it compares
+        # with or carries over (their part about as large as the rows' share of row_size).
+        shard_bytes = spill.shard_bytes + _previous_chunk_bytes(settings)
+        threads = merge_threads(settings.shards, max(shard_bytes.values(), default=0))
     return merge_shards(settings, spills_done, threads)
+
+
+def _previous_chunk_bytes(settings: WriteSettings) -> Counter:
+    """Shard -> the bytes of the previous snapshot's ``chunks`` parts its merge reads (a part whose size
+    cannot be had counts as too large for two merges at once: the merge itself reads and verifies it)."""
+    previous = settings.previous
+    sizes: Counter = Counter()
+    if previous is None or not previous.parts.get("chunks"):
+        return sizes
+    fs, root = url_to_fs(previous.root_url, **(settings.storage_options or {}))
+    for name in previous.parts["chunks"]:
+        try:
+            size = int(fs.size(f"{root.rstrip('/')}/{name}") or 0)
+        except Exception:
+            size = MERGE_SIDE_BY_SIDE_BYTES + 1
+        for shard in [part_shard(name)] if previous.shards == settings.shards else range(settings.shards):
+            sizes[shard] += size
+    return sizes
 
 
 def merge_shards(settings: WriteSettings, spills_done: list[int], threads: int) -> list[str]:

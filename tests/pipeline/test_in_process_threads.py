@@ -87,7 +87,7 @@ def test_shards_merged_on_threads_are_the_parts_one_thread_merges(corpus, tmp_pa
             _edit(corpus)
         summaries = {}
         for threads, output in outputs.items():
-            monkeypatch.setattr(sink, "merge_threads", lambda shards, threads=threads: threads)
+            monkeypatch.setattr(sink, "merge_threads", lambda shards, largest=0, threads=threads: threads)
             summaries[threads] = _run(corpus, output, "run.workers=0")
             # The full runs' merges switch to the system allocator: whatever order the threads leave in,
             # the pool the run found is back.
@@ -109,7 +109,7 @@ def test_a_failed_shard_merge_fails_the_run_and_publishes_nothing(corpus, tmp_pa
     _edit(corpus)
     (corpus / "sample" / "guide" / "tides.md").write_bytes(b"# Tides\n\nLow water too.\n" * 50)
 
-    monkeypatch.setattr(sink, "merge_threads", lambda shards: 2)
+    monkeypatch.setattr(sink, "merge_threads", lambda shards, largest=0: 2)
     real_merge_table = sink.MergeShard._merge_table
     both_failing = threading.Barrier(2, timeout=60)
     failing = set()
@@ -237,3 +237,34 @@ def test_without_a_load_average_every_core_counts_as_free(monkeypatch):
     monkeypatch.setattr(sink.os, "getloadavg", no_load_average)
     assert sink.free_cores() == 3
     assert sink.merge_threads(8) == 2
+
+
+def test_shards_too_large_to_merge_side_by_side_are_merged_one_at_a_time(corpus, tmp_path, monkeypatch):
+    """Two merges at once hold two shards' rows: the run merges on one thread once its largest shard,
+    counting the spilled rows and the previous snapshot's part it reads, is over the bound."""
+    monkeypatch.setattr(sink, "free_cores", lambda: 2)
+    chosen = []
+    real_merge_threads = sink.merge_threads
+
+    def merge_threads(shards, largest_shard_bytes=0):
+        threads = real_merge_threads(shards, largest_shard_bytes)
+        chosen.append((largest_shard_bytes, threads))
+        return threads
+
+    monkeypatch.setattr(sink, "merge_threads", merge_threads)
+    output = tmp_path / "dataset"
+    _run(corpus, output, "run.workers=0")
+    (spill_choice, spill_threads), (full_bytes, full_threads) = chosen
+    assert (spill_choice, spill_threads) == (0, 2)  # before the spill: a core to spare
+    assert 20_000 < full_bytes < sink.MERGE_SIDE_BY_SIDE_BYTES and full_threads == 2
+
+    # An incremental run spills a few documents' rows; its merges read the previous parts too.
+    _edit(corpus)
+    chosen.clear()
+    monkeypatch.setattr(sink, "MERGE_SIDE_BY_SIDE_BYTES", full_bytes)
+    summary = _run(corpus, output, "run.workers=0")
+    assert summary.rebuild["mode"] == "incremental"
+    incremental_bytes, threads = chosen[-1]
+    previous_part = max(path.stat().st_size for path in output.glob("snapshots/*/chunks/*.parquet"))
+    assert incremental_bytes >= previous_part > 0
+    assert incremental_bytes > full_bytes and threads == 1
