@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -369,6 +372,60 @@ def test_system_allocations_switch_the_pool_for_the_block_only():
         pass
     assert pa.default_memory_pool().backend_name == before
     assert table.column("text")[0].as_py().startswith("tide")  # freed later, from the pool it came from
+
+
+def test_system_allocations_overlapping_on_threads_restore_the_pool_when_the_last_leaves():
+    """Two merges on two threads: the second enters while the first is inside, and the first leaves first.
+    The system pool stays installed until the last one leaves, then the pool found by the first is back."""
+    before = pa.default_memory_pool().backend_name
+    assert before != "system"
+    first_in, second_in, first_out = threading.Event(), threading.Event(), threading.Event()
+    seen, made = {}, []
+
+    def first():
+        with system_allocations():
+            first_in.set()
+            second_in.wait(10)
+            seen["first, both inside"] = pa.default_memory_pool().backend_name
+        first_out.set()
+
+    def second():
+        first_in.wait(10)
+        with system_allocations():
+            second_in.set()
+            first_out.wait(10)
+            seen["second, after the first left"] = pa.default_memory_pool().backend_name
+            made.append(chunks_table([chunk_row("b", 0, "gauge " * 1000)]))
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(20)
+    assert seen == {"first, both inside": "system", "second, after the first left": "system"}
+    assert pa.default_memory_pool().backend_name == before
+    assert made[0].column("text")[0].as_py().startswith("gauge")  # freed later, from the pool it came from
+
+
+def test_system_allocations_of_a_thread_pool_of_merges_leave_the_default_pool():
+    """Many blocks on a pool of threads, entered and left in every order, some failing: each sees the
+    system pool inside, and the default pool is the one before once all are done."""
+    before = pa.default_memory_pool().backend_name
+
+    def merge(number: int) -> str:
+        with system_allocations():
+            time.sleep(0.001 * (number % 4))
+            inside = pa.default_memory_pool().backend_name
+            if number % 5 == 0:
+                raise RuntimeError(f"merge {number} failed")
+            return inside
+
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        futures = [pool.submit(merge, number) for number in range(40)]
+    failed = [future for future in futures if future.exception() is not None]
+    assert len(failed) == 8
+    assert {future.result() for future in futures if future.exception() is None} == {"system"}
+    assert pa.default_memory_pool().backend_name == before
 
 
 def test_the_sinks_merge_of_a_retried_spill_writes_the_whole_table_merges_parts(tmp_path):

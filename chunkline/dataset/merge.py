@@ -32,6 +32,7 @@ import hashlib
 import io
 import json
 import tempfile
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -496,6 +497,11 @@ class PartWriter:
         self.rows += group.num_rows
 
 
+_pool_lock = threading.Lock()
+_pool_users = 0
+_pool_before: pa.MemoryPool | None = None
+
+
 @contextmanager
 def system_allocations() -> Iterator[None]:
     """Arrow buffers allocated meanwhile come from the system allocator, not pyarrow's default pool.
@@ -505,13 +511,24 @@ def system_allocations() -> Iterator[None]:
     default, keeps them for reuse: at 16x the corpus the in-process run peaked 40 MB higher in resident
     memory with it (500 MB against 460). Buffers remember their pool, so those allocated before or after are
     freed where they came from. The pool is process-wide: another thread's allocations meanwhile come from
-    the system allocator too, which changes nothing but where they come from."""
-    previous = pa.default_memory_pool()
-    pa.set_memory_pool(pa.system_memory_pool())
+    the system allocator too, which changes nothing but where they come from.
+
+    Merges that run at once on several threads each enter the block: the first to enter installs the
+    system pool and the last to leave puts back the pool the first found, in whatever order they leave."""
+    global _pool_users, _pool_before
+    with _pool_lock:
+        if _pool_users == 0:
+            _pool_before = pa.default_memory_pool()
+            pa.set_memory_pool(pa.system_memory_pool())
+        _pool_users += 1
     try:
         yield
     finally:
-        pa.set_memory_pool(previous)
+        with _pool_lock:
+            _pool_users -= 1
+            if _pool_users == 0:
+                pa.set_memory_pool(_pool_before)
+                _pool_before = None
 
 
 @functools.cache
