@@ -459,7 +459,7 @@ def test_the_sinks_merge_of_a_retried_spill_writes_the_whole_table_merges_parts(
 
 
 _MAPPED_AFTER_A_LARGER_FREE = """
-import ctypes, sys
+import ctypes
 from chunkline.dataset.merge import map_large_allocations
 
 class MallocInfo(ctypes.Structure):
@@ -470,8 +470,7 @@ libc = ctypes.CDLL(None)
 libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
 libc.free.argtypes = [ctypes.c_void_p]
 libc.mallinfo2.restype = MallocInfo
-if sys.argv[1] == "fixed":
-    assert map_large_allocations() is True
+assert map_large_allocations() is True
 libc.free(libc.malloc(24 << 20))
 mapped = libc.mallinfo2().hblkhd
 block = libc.malloc(8 << 20)
@@ -482,8 +481,10 @@ libc.free(block)
 
 def test_large_allocations_are_mapped_on_their_own_even_after_a_larger_one_was_freed():
     """glibc raises its mapping threshold to a freed 24 MB buffer's size and serves the next 8 MB from its
-    heap, where it stays resident once freed; with the fixed threshold it is mapped on its own (a fresh
-    process each time, whose heap holds no free block that large)."""
+    heap, where it stays resident once freed; with the fixed threshold it is mapped on its own (in a fresh
+    process, whose heap holds no free block that large). Only the fixed case is asserted: where glibc puts
+    the 8 MB without it also depends on whether its heap can grow in place, which varies from process to
+    process (a mapping placed just above the heap makes glibc map the block after all)."""
     import subprocess
     import sys
 
@@ -491,9 +492,6 @@ def test_large_allocations_are_mapped_on_their_own_even_after_a_larger_one_was_f
         assert isinstance(map_large_allocations(), bool)
         return
 
-    def mapped_for_8_mb(mode: str) -> int:
-        script = [sys.executable, "-c", _MAPPED_AFTER_A_LARGER_FREE, mode]
-        return int(subprocess.run(script, check=True, capture_output=True, text=True).stdout)
-
-    assert mapped_for_8_mb("dynamic") == 0
-    assert mapped_for_8_mb("fixed") >= 8 << 20
+    script = [sys.executable, "-c", _MAPPED_AFTER_A_LARGER_FREE]
+    mapped_for_8_mb = int(subprocess.run(script, check=True, capture_output=True, text=True).stdout)
+    assert mapped_for_8_mb >= 8 << 20
