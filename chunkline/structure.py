@@ -401,6 +401,11 @@ def heading_plain_text(source: str) -> str:
     if _MARKUP_BUT_CODE.isdisjoint(source):
         # Code spans are the only markup (most headings with any): read as markdown-it reads them.
         return " ".join(_without_code_marks(source).split())
+    return inline_parse_plain_text(source)
+
+
+def inline_parse_plain_text(source: str) -> str:
+    """:func:`heading_plain_text` read from markdown-it-py's inline parse, whatever the markup."""
     parts: list[str] = []
     for token in _inline_parser().parseInline(source):
         for child in token.children or ():

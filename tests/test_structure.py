@@ -327,19 +327,6 @@ def test_document_without_headings_is_one_preamble_section(text):
     assert [(s.heading, s.level, s.start_char, s.end_char) for s in document.sections] == [(None, 0, 0, len(text))]
 
 
-def _plain_text_from_the_inline_parse(source: str) -> str:
-    from chunkline.structure import _inline_parser
-
-    parts = []
-    for token in _inline_parser().parseInline(source):
-        for child in token.children or ():
-            if child.type in ("text", "code_inline"):
-                parts.append(child.content)
-            elif child.type in ("softbreak", "hardbreak"):
-                parts.append(" ")
-    return " ".join("".join(parts).split())
-
-
 @pytest.mark.parametrize(
     "source",
     [
@@ -356,9 +343,9 @@ def _plain_text_from_the_inline_parse(source: str) -> str:
     ],
 )
 def test_heading_text_with_code_spans_reads_them_as_the_inline_parser_does(source):
-    from chunkline.structure import heading_plain_text
+    from chunkline.structure import heading_plain_text, inline_parse_plain_text
 
-    assert heading_plain_text(source) == _plain_text_from_the_inline_parse(source)
+    assert heading_plain_text(source) == inline_parse_plain_text(source)
 
 
 def test_heading_text_of_code_spans_drops_the_marks_and_one_space_at_each_end():

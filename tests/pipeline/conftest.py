@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import posixpath
+import shutil
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -27,6 +28,8 @@ from chunkline.dataset.publish import read_dataset, read_manifest
 from chunkline.dataset.settings import load_run_config
 from chunkline.pipelines.run import RunSummary, run_pipeline
 from chunkline.record import Chunk
+
+REPOSITORY = Path(__file__).resolve().parents[2]
 
 # --------------------------------------------------------------------------------------------------
 # The corpus
@@ -187,6 +190,22 @@ def write_files(root: Path, files: Mapping[str, bytes]) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
     return root
+
+
+def write_realistic_corpus(root: Path, extra: Mapping[str, bytes] | None = None) -> Path:
+    """The repository's sample corpus and the tests' markdown fixtures (front matter, CRLF line endings, an
+    empty file, long sections with code and tables) under ``root``, with a binary file and a Latin-1 file
+    (error rows), and ``extra`` files; returns ``root``."""
+    shutil.copytree(REPOSITORY / "sample_corpus", root / "sample")
+    shutil.copytree(REPOSITORY / "tests" / "fixtures" / "markdown", root / "fixtures")
+    return write_files(
+        root,
+        {
+            "assets/logo.md": b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)),
+            "legacy/latin1.md": "# Caf\xe9\n\nNa\xefve r\xe9sum\xe9.\n".encode("latin-1"),
+            **(extra or {}),
+        },
+    )
 
 
 def write_corpus(root: Path) -> Path:

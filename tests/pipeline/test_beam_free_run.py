@@ -13,7 +13,6 @@ the runner too, with row groups small enough in bytes that each part holds sever
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pyarrow as pa
@@ -32,11 +31,10 @@ from chunkline.dataset.sink import SpillRows, WriteSettings
 from chunkline.pipelines.run import RunSummary, run_pipeline
 from chunkline.schemas import CHANGE_TABLES, ROW_TABLES
 
-from .conftest import table_digests, write_files
+from .conftest import table_digests, write_files, write_realistic_corpus
 
 pytestmark = pytest.mark.timeout(300)
 
-REPOSITORY = Path(__file__).resolve().parents[2]
 ALL_TABLES = ROW_TABLES + CHANGE_TABLES
 ON_THE_RUNNER = ["--runner", "FnApiRunner"]
 
@@ -56,16 +54,9 @@ chunking:
 @pytest.fixture
 def realistic_inputs(tmp_path):
     """(the corpus folder, a second input holding one of its doc_ids), copied so the test may edit them."""
-    root = tmp_path / "corpus"
-    shutil.copytree(REPOSITORY / "sample_corpus", root / "sample")
-    shutil.copytree(REPOSITORY / "tests" / "fixtures" / "markdown", root / "fixtures")
-    write_files(
-        root,
-        {
-            "assets/logo.md": b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)),
-            "legacy/latin1.md": "# Café\n\nNaïve résumé.\n".encode("latin-1"),
-            "notes/weights.md": b"---\ntags: [ops, tides]\nweight: heavy\n---\n# Weights\n\nA word, not a number.\n",
-        },
+    root = write_realistic_corpus(
+        tmp_path / "corpus",
+        {"notes/weights.md": b"---\ntags: [ops, tides]\nweight: heavy\n---\n# Weights\n\nA word, not a number.\n"},
     )
     second = write_files(tmp_path / "mirror", {"sample/README.md": b"# A copy\n\nOf the readme.\n"})
     return root, second

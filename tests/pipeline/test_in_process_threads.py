@@ -10,7 +10,6 @@ incremental one (documents edited, added and deleted: some shards merged, others
 
 from __future__ import annotations
 
-import shutil
 import threading
 from pathlib import Path
 
@@ -29,28 +28,17 @@ from chunkline.dataset.settings import load_run_config
 from chunkline.pipelines.run import RunSummary, run_pipeline
 from chunkline.schemas import CHANGE_TABLES, ROW_TABLES
 
-from .conftest import all_file_digests, table_digests, write_files
+from .conftest import all_file_digests, table_digests, write_files, write_realistic_corpus
 
 pytestmark = pytest.mark.timeout(300)
 
-REPOSITORY = Path(__file__).resolve().parents[2]
 ALL_TABLES = ROW_TABLES + CHANGE_TABLES
 SHARDS = 6
 
 
 @pytest.fixture
 def corpus(tmp_path) -> Path:
-    root = tmp_path / "corpus"
-    shutil.copytree(REPOSITORY / "sample_corpus", root / "sample")
-    shutil.copytree(REPOSITORY / "tests" / "fixtures" / "markdown", root / "fixtures")
-    write_files(
-        root,
-        {
-            "assets/logo.md": b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)),
-            "legacy/latin1.md": "# Caf\xe9\n\nNa\xefve r\xe9sum\xe9.\n".encode("latin-1"),
-        },
-    )
-    return root
+    return write_realistic_corpus(tmp_path / "corpus")
 
 
 def _run(corpus: Path, output: Path, *overrides: str) -> RunSummary:
