@@ -47,6 +47,7 @@ from chunkline.dataset.merge import (
     system_allocations,
     with_modified_times,
 )
+from chunkline.dataset.parallelism import available_cores
 from chunkline.dataset.publish import verify_part
 from chunkline.dataset.rebuild import RebuildPlan
 from chunkline.dataset.settings import RunConfig
@@ -526,7 +527,7 @@ def free_cores() -> int:
     """The cores this process may use that other processes leave free: those it may run on, less the
     1-minute load average beyond this process's own one. On a machine that other work keeps busy, a
     second thread only takes turns with the first (and costs the switching)."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    cores = available_cores()
     try:
         others = max(0.0, os.getloadavg()[0] - 1.0)
     except (AttributeError, OSError):  # no load average on this platform
