@@ -5,7 +5,7 @@ Usage::
     python benchmarks/bench_chunking.py [FOLDER ...] [--max-tokens 512] [--overlap-tokens 50]
                                         [--min-tokens N] [--runs 5]
                                         [--strategies NAME,... | --no-strategies]
-                                        [--json out.json] [--compare-parsers]
+                                        [--json out.json] [--compare-parsers | --encode-ahead]
 
 FOLDER defaults to ``../shared/corpus`` beside the repository (the benchmark corpus, present on development
 and CI machines only). Every ``*.md`` / ``*.markdown`` file under the folders is read once, decoded as
@@ -31,6 +31,12 @@ Speed. These systems each chunk (or parse) the whole corpus, ``--runs`` times:
 
 Parsers. Untimed, every file is chunked with both parsers and the chunks compared (they must be equal);
 ``--compare-parsers`` does only that, exits 1 if any file's chunks differ, and times nothing.
+
+Encoding ahead. ``chunk_markdown`` encodes a document of at least ``chunkline.encode_ahead.MIN_CHARS_AHEAD``
+characters on a second thread while it parses it (``chunkline`` above includes that; the floors run on one
+thread). ``--encode-ahead`` times only that choice: the corpus's text, joined and cut into documents of 8,
+32, 128 and 512 KB (the first 4 MB), chunked with ``encode_ahead=True`` (every size handed to the thread)
+and ``encode_ahead=False``, side by side in rotated rounds; it prints the medians and their ratio per size.
 
 The systems run side by side in one process, and the order is rotated each round, so that warm-up, CPU
 frequency and background noise are spread over all of them instead of favouring whichever runs first or
@@ -1111,7 +1117,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--runs", type=int, default=5, help="timed passes per system (default: 5)")
     parser.add_argument("--json", type=Path, metavar="OUT", help="also write every figure to this JSON file")
-    parser.add_argument(
+    only = parser.add_mutually_exclusive_group()
+    only.add_argument(
+        "--encode-ahead",
+        action="store_true",
+        help="only time chunk_markdown with and without encoding ahead on a second thread, by document size",
+    )
+    only.add_argument(
         "--compare-parsers",
         action="store_true",
         help=f"only check that {DEFAULT_PARSER} (the default) and {REFERENCE_PARSER} give the same chunks for "
@@ -1227,6 +1239,48 @@ def compare_parsers(documents: Sequence[Document], config: ChunkConfig) -> Parse
     return ParserComparison(len(documents), identical, left, differing)
 
 
+ENCODE_AHEAD_SIZES = (8_000, 32_000, 128_000, 512_000)
+"""Document sizes (characters) of the ``--encode-ahead`` comparison."""
+ENCODE_AHEAD_CHARS = 4_000_000
+"""Characters of the corpus's text the ``--encode-ahead`` comparison cuts into documents."""
+
+
+def compare_encode_ahead(documents: Sequence[Document], config: ChunkConfig, runs: int) -> list[str]:
+    """Seconds to chunk the corpus's text cut into documents of each of :data:`ENCODE_AHEAD_SIZES`, with every
+    document's tokens encoded on the second thread and with none, in the same rotated rounds."""
+    from chunkline import encode_ahead
+
+    text = "\n\n".join(document.text for document in documents)[:ENCODE_AHEAD_CHARS]
+    lines = [f"encoding ahead on a second thread, {len(text) / 1e6:.1f} M characters of the corpus, medians of {runs}:"]
+    threshold = encode_ahead.MIN_CHARS_AHEAD
+    encode_ahead.MIN_CHARS_AHEAD = 0
+    try:
+        for size in ENCODE_AHEAD_SIZES:
+            pieces = [
+                Document(f"piece-{start}", text[start : start + size], len(text[start : start + size].encode()))
+                for start in range(0, len(text), size)
+            ]
+            systems = [
+                System(
+                    name,
+                    lambda document, ahead=ahead: chunkline.chunk_markdown(document.text, config, encode_ahead=ahead),
+                    None,
+                )
+                for name, ahead in (("ahead", True), ("one thread", False))
+            ]
+            warm_up(systems, pieces)
+            seconds = measure(systems, pieces, runs, label=f"{size // 1000} KB round")
+            ahead, alone = (statistics.median(seconds[system.name]) for system in systems)
+            lines.append(
+                f"  {size // 1000:>4} KB x {len(pieces):>4}: one thread {alone:.3f} s, ahead {ahead:.3f} s, "
+                f"{alone / ahead:.2f}x"
+            )
+    finally:
+        encode_ahead.MIN_CHARS_AHEAD = threshold
+    lines.append(f"  (chunk_markdown encodes ahead from {threshold:,} characters, on a process with 2+ cores)")
+    return lines
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     corpus = load_corpus(args.folders)
@@ -1237,6 +1291,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         comparison = compare_parsers(documents, bench_config(args))
         print(comparison.summary())
         return 1 if comparison.differing else 0
+    if args.encode_ahead:
+        print("\n".join(compare_encode_ahead(documents, bench_config(args), args.runs)))
+        return 0
     encoding = load_encoding(ENCODING_NAME)
     systems = build_systems(args, encoding)
 

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from chunkline.config import ChunkConfig, ConfigError
 from chunkline.context import ChunkContext
 from chunkline.embed_text import NO_CONTEXT, EmbedText, embed_text_for, heading_paths_of
+from chunkline.encode_ahead import encode_ahead_default, start_encoding
 from chunkline.fragments import merge_fragments
 from chunkline.record import Chunk, ChunkSpan, chunk_uuid
 from chunkline.registry import Strategy, get_strategy
@@ -35,15 +36,31 @@ def chunk_markdown(
     *,
     doc_id: str = "",
     source_uri: str = "",
+    encode_ahead: bool | None = None,
 ) -> list[Chunk]:
     """Chunk the markdown ``text`` with ``config`` (the defaults when ``None``).
 
     Every chunk's ``text`` is ``text[start_char:end_char]``, no chunk's text or ``embed_text`` has more
     than ``config.max_tokens`` tokens, and ``reconstruct(chunks) == text``.
+
+    ``encode_ahead`` encodes a large document's tokens on a second thread while this one parses it
+    (:mod:`chunkline.encode_ahead`); by default, when the process may run on more than one core. The chunks
+    are the same either way.
     """
     config = config or ChunkConfig()
     counter = counter_for(config)
-    return chunk_document(parse_markdown(text, config.parser), config, counter, doc_id=doc_id, source_uri=source_uri)
+    if encode_ahead is None:
+        encode_ahead = encode_ahead_default()
+    pending = start_encoding(text, counter) if encode_ahead else None
+    document = parse_markdown(text, config.parser)
+    return chunk_document(
+        document,
+        config,
+        counter,
+        doc_id=doc_id,
+        source_uri=source_uri,
+        offsets=pending() if pending is not None else None,
+    )
 
 
 def chunk_document(
@@ -54,16 +71,18 @@ def chunk_document(
     doc_id: str = "",
     source_uri: str = "",
     replaced_bytes: Sequence[tuple[int, int]] = (),
+    offsets: TokenOffsets | None = None,
 ) -> list[Chunk]:
     """Chunk an already parsed document with an already loaded tokenizer (what pipeline workers call).
 
     The strategy chunks to ``config.max_tokens`` less the document's reserve for the context each chunk's
     ``embed_text`` adds (:mod:`chunkline.embed_text`). ``replaced_bytes`` lists ``(char_offset,
     byte_length)`` for each U+FFFD that stands for invalid bytes of the file, so that byte offsets still
-    point into the file's bytes."""
+    point into the file's bytes. ``offsets``, the token offsets of the whole text when they were encoded
+    beforehand (:mod:`chunkline.encode_ahead`), saves encoding the text again; the chunks are the same."""
     strategy = get_strategy(config.strategy)
     sections = sections_by_pattern(document, config.section_pattern) if config.section_pattern else None
-    embedding, reserve = _embedding_and_reserve(document, config, counter, strategy, sections, doc_id)
+    embedding, reserve = _embedding_and_reserve(document, config, counter, strategy, sections, doc_id, offsets)
     context = _strategy_context(document, config, counter, strategy, reserve, embedding.offsets)
     spans = strategy.run(context)
     if not spans:
@@ -104,8 +123,10 @@ def _embedding_and_reserve(
     strategy: Strategy,
     sections: tuple[Section, ...] | None,
     doc_id: str = "",
+    offsets: TokenOffsets | None = None,
 ) -> tuple[EmbedText, int]:
     embedding = embed_text_for(document, config, counter, doc_id)
+    embedding.offsets = offsets
     return embedding, embedding.reserve(heading_paths_of(sections, document), strategy.keeps_blocks_whole)
 
 

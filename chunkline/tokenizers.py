@@ -83,6 +83,9 @@ class TiktokenCounter:
 
     __slots__ = ("name", "encoding", "tokenizer_file", "line_starts_are_clean_cuts", "_byte_length_of_token")
 
+    encodes_without_gil = True
+    """tiktoken's encoder releases the GIL (:mod:`chunkline.encode_ahead` encodes on a second thread)."""
+
     def __init__(self, encoding: tiktoken.Encoding, tokenizer_file: str | None = None):
         self.name = encoding.name
         self.encoding = encoding

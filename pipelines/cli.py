@@ -672,12 +672,14 @@ def _chunk_command(arguments: argparse.Namespace) -> int:
     from chunkline.config import load_chunk_config
     from chunkline.dataset.decoding import decode_file
     from chunkline.dataset.inputs import utf8_name
+    from chunkline.encode_ahead import encode_ahead_default, start_encoding
     from chunkline.engine import chunk_document
     from chunkline.structure import parse_markdown
     from chunkline.tokenizers import counter_for
 
     config = load_chunk_config(arguments.config, arguments.overrides)
     counter = counter_for(config)
+    encode_ahead = encode_ahead_default()
     out = sys.stdout
     if hasattr(out, "reconfigure"):  # text as it is, and a terminal that cannot show a character gets \\u...
         out.reconfigure(errors="backslashreplace")
@@ -696,7 +698,10 @@ def _chunk_command(arguments: argparse.Namespace) -> int:
             failures += 1
             print(f"chunkline: {label}: {_describe_read_error(error)}", file=sys.stderr)
             continue
-        chunks = chunk_document(parse_markdown(text, config.parser), config, counter, doc_id=doc_id, source_uri=label)
+        pending = start_encoding(text, counter) if encode_ahead else None
+        document = parse_markdown(text, config.parser)
+        offsets = pending() if pending is not None else None
+        chunks = chunk_document(document, config, counter, doc_id=doc_id, source_uri=label, offsets=offsets)
         files_done += 1
         chunk_total += len(chunks)
         token_total += sum(chunk.token_count for chunk in chunks)

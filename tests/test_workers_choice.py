@@ -16,12 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from chunkline.dataset.parallelism import (
-    AUTO_BYTES_PER_WORKER,
-    available_cores,
-    bytes_to_chunk,
-    choose_workers,
-)
+from chunkline.cores import available_cores
+from chunkline.dataset.parallelism import AUTO_BYTES_PER_WORKER, bytes_to_chunk, choose_workers
 from chunkline.dataset.rebuild import list_inputs, plan_rebuild
 from chunkline.dataset.settings import ConfigError, RunConfig, load_run_config
 

@@ -28,6 +28,7 @@ from chunkline.dataset.front_matter_columns import FRONT_MATTER_MISMATCH, front_
 from chunkline.dataset.inputs import FileProblem, SourceFile
 from chunkline.dataset.merge import map_large_allocations
 from chunkline.dataset.storage import scrub_secrets
+from chunkline.encode_ahead import start_encoding
 from chunkline.engine import chunk_document
 from chunkline.schemas import FrontMatterColumn, table_schemas
 from chunkline.structure import parse_markdown
@@ -66,11 +67,16 @@ class DocumentChunker(BundleStep):
         encoding_errors: str,
         secrets: tuple[str, ...],
         front_matter_columns: tuple[FrontMatterColumn, ...] = (),
+        *,
+        encode_ahead: bool = False,
     ):
         self._config = config
         self._encoding_errors = encoding_errors
         self._secrets = secrets
         self._front_matter_columns = front_matter_columns
+        self._encode_ahead = encode_ahead
+        """Encode a large document's tokens on a second thread while it is parsed
+        (:mod:`chunkline.encode_ahead`): for a run in one process on a machine with a core to spare."""
 
     def setup(self) -> None:
         map_large_allocations()  # a worker's large buffers (a document's, a spill's) are given back when freed
@@ -136,6 +142,7 @@ class DocumentChunker(BundleStep):
                     "input.encoding_errors: replace to chunk it with U+FFFD in place of bad bytes",
                 ) from None
         document_row["encoding"] = encoding
+        pending = start_encoding(text, self._counter) if self._encode_ahead else None
         with _failures_as_problems("parse", "markdown could not be parsed"):
             document = parse_markdown(text, self._config.parser)
         front_matter = document.front_matter
@@ -151,6 +158,7 @@ class DocumentChunker(BundleStep):
                 doc_id=source.doc_id,
                 source_uri=source.source_uri,
                 replaced_bytes=replaced_bytes,
+                offsets=pending() if pending is not None else None,
             )
         with _failures_as_problems("chunk", "its rows could not be built"):
             rows: list[tuple[str, dict[str, Any]]] = [(CHUNKS, chunk.to_dict()) for chunk in chunks]

@@ -20,6 +20,7 @@ from chunkline.dataset.file_reader import MatchedFileReader
 from chunkline.dataset.rebuild import RebuildPlan, write_shard_plans
 from chunkline.dataset.settings import RunConfig
 from chunkline.dataset.sink import write_settings_for, write_tables_in_process
+from chunkline.encode_ahead import encode_ahead_default
 
 __all__ = ["stage_run_in_process"]
 
@@ -35,6 +36,10 @@ def stage_run_in_process(config: RunConfig, run_id: str, plan: RebuildPlan) -> l
         return write_tables_in_process(settings, [])
     sources = run_bundle(MatchedFileReader(config.input, secrets), plan.to_chunk)
     chunker = DocumentChunker(
-        config.chunking, config.input.encoding_errors, secrets, config.output.promoted_front_matter
+        config.chunking,
+        config.input.encoding_errors,
+        secrets,
+        config.output.promoted_front_matter,
+        encode_ahead=encode_ahead_default(),
     )
     return write_tables_in_process(settings, run_bundle(chunker, sources))

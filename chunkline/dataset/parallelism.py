@@ -14,13 +14,13 @@ did not report counts as the mean of those it did.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from chunkline.cores import available_cores
 from chunkline.dataset.inputs import SourceFile
 
-__all__ = ["AUTO_BYTES_PER_WORKER", "WorkersChoice", "available_cores", "bytes_to_chunk", "choose_workers"]
+__all__ = ["AUTO_BYTES_PER_WORKER", "WorkersChoice", "bytes_to_chunk", "choose_workers"]
 
 AUTO_BYTES_PER_WORKER = 4_000_000
 """Markdown bytes to chunk per worker process that ``auto`` starts: two workers from 8 MB on."""
@@ -37,14 +37,6 @@ class WorkersChoice:
     def describe(self) -> str:
         where = "in-process" if self.workers == 0 else f"on {self.workers} worker processes"
         return f"{where} ({self.reason})"
-
-
-def available_cores() -> int:
-    """The CPUs this process may run on (its affinity mask where the platform has one)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def bytes_to_chunk(to_chunk: Sequence[tuple[str, list[SourceFile]]], max_file_bytes: int | None = None) -> int:

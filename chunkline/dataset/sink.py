@@ -28,6 +28,7 @@ import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 from fsspec.core import url_to_fs
 
+from chunkline.cores import available_cores
 from chunkline.dataset.bundle import BundleStep, run_bundle
 from chunkline.dataset.layout import part_name, part_shard, snapshot_url, staging_url
 from chunkline.dataset.merge import (
@@ -47,7 +48,6 @@ from chunkline.dataset.merge import (
     system_allocations,
     with_modified_times,
 )
-from chunkline.dataset.parallelism import available_cores
 from chunkline.dataset.publish import verify_part
 from chunkline.dataset.rebuild import RebuildPlan
 from chunkline.dataset.settings import RunConfig

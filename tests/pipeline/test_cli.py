@@ -11,7 +11,7 @@ import re
 import pytest
 
 import chunkline
-from chunkline.dataset.parallelism import available_cores
+from chunkline.cores import available_cores
 from chunkline.pipelines.cli import main
 from chunkline.schemas import CHUNKS_SCHEMA
 
