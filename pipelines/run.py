@@ -356,12 +356,39 @@ def _wait_with_progress(result: Any) -> None:
             result.wait_until_finish(duration=int(_PROGRESS_SECONDS * 1000))
         except TypeError:  # a runner whose result waits only to the end
             break
+        except TimeoutError:
+            # DaskRunner's wait raises when the duration passes with work left, and calls itself failed until
+            # it is waited on again: the job still runs, so this is a progress tick. A job whose work is all
+            # done raised a TimeoutError of its own.
+            if not _has_work_left(result):
+                raise
+            _log_progress(result)
+            _wait_for_dask(result)
+            break
         if _state(result) in _DONE_STATES:
             break
-        counts = run_counts(result)
-        if counts is not None:
-            logger.info("%s", _progress_line(counts))
+        _log_progress(result)
     result.wait_until_finish()
+
+
+def _has_work_left(result: Any) -> bool:
+    return any(not future.done() for future in getattr(result, "futures", ()))
+
+
+def _wait_for_dask(result: Any) -> None:
+    """Tick progress while a Dask job's futures run, then let the final wait collect their results."""
+    next_tick = time.monotonic() + _PROGRESS_SECONDS
+    while _has_work_left(result):
+        time.sleep(0.1)
+        if time.monotonic() >= next_tick:
+            _log_progress(result)
+            next_tick += _PROGRESS_SECONDS
+
+
+def _log_progress(result: Any) -> None:
+    counts = run_counts(result)
+    if counts is not None:
+        logger.info("%s", _progress_line(counts))
 
 
 @dataclass(frozen=True)
