@@ -68,7 +68,8 @@ class ReadMarkdown(beam.PTransform):
     Applied to the pipeline, it reads the configured inputs. Applied to a PCollection of URLs it reads
     those instead, each one an input of its own (the config then gives only the filters, limits and storage
     options); where two of them hold the same ``doc_id`` the one that sorts first by ``source_uri`` is read
-    and the others are reported as skipped.
+    and the others are reported as skipped. Either way an input that is missing, cannot be listed or
+    matches no file fails the pipeline (:class:`~chunkline.dataset.rebuild.PublishRefusedError`, naming it).
 
     With ``matched`` (``(doc_id, matched files)`` pairs already listed by the driver: every document of a
     full run, the changed ones of an incremental run) only those documents are read, spread over the

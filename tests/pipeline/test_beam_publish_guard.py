@@ -22,7 +22,7 @@ from fsspec.implementations.memory import MemoryFileSystem
 
 from chunkline.dataset.publish import read_dataset, verify_output, verify_snapshot
 from chunkline.dataset.rebuild import PublishRefusedError
-from chunkline.dataset.settings import load_run_config
+from chunkline.dataset.settings import InputConfig, load_run_config
 from chunkline.pipelines.cli import main
 from chunkline.transforms import ChunkMarkdown, ReadMarkdown, WriteChunkDataset
 
@@ -266,3 +266,11 @@ def test_a_second_run_of_one_pipeline_fails_before_writing_and_a_rebuilt_pipelin
     tables = ("chunks", "documents", "errors")
     assert table_digests(output, tables) == table_digests(fresh, tables)
     assert read_dataset(str(output), "chunks").to_pylist() == read_dataset(str(fresh), "chunks").to_pylist()
+
+
+def test_read_markdown_refuses_a_missing_url_in_a_pcollection_of_urls(tmp_path):
+    corpus = write_corpus(tmp_path / "corpus")
+    missing = tmp_path / "unmounted"
+    with pytest.raises(PublishRefusedError, match=f"input {missing} does not exist; nothing was published"):
+        with beam.Pipeline(runner=FnApiRunner()) as pipeline:
+            _ = pipeline | beam.Create([str(corpus / "guide"), str(missing)]) | ReadMarkdown(InputConfig())
