@@ -29,7 +29,7 @@ One transform, one snapshot: the run id is decided when the transform is built (
 incremental plan's files and the snapshot its ``changes/`` compare with all hang on it), and a snapshot
 folder never changes once written. Running the same pipeline a second time therefore fails with
 :class:`~chunkline.dataset.rebuild.PublishRefusedError` before its first write (the check is a side input of
-the spill step); build the pipeline again to write a new snapshot.
+the step that feeds the spill); build the pipeline again to write a new snapshot.
 
 ``chunkline run`` builds its pipeline from the same transform with ``publish=False``: its driver holds the
 output's lock from before planning to after publishing, and publishes once the pipeline succeeded.
@@ -91,11 +91,13 @@ def _unlisted_folders(document_rows: list[tuple[str, dict[str, Any]]]) -> Iterat
 
 
 def _refuse_written_run(run_id: str, config: RunConfig) -> str:
+    """:func:`~chunkline.dataset.staged.refuse_written_run` as a pipeline step."""
     refuse_written_run(config, run_id)
     return run_id
 
 
 def _after_run_check(rows: Any, _: str) -> Any:
+    """A document's rows, passed on once the run's check (the side input) has passed."""
     return rows
 
 
@@ -216,7 +218,8 @@ class _PublishRunFn(beam.DoFn):
             raise ConcurrentRunError(
                 scrub_secrets(
                     f"{len(missing)} part file(s) of run {self._run_id} are gone (first: {missing[0]}); another "
-                    "writer removed them; nothing was published",
+                    "writer removed them, or an earlier attempt of this step refused to publish the run (its "
+                    "error says why); nothing was published",
                     tuple(config.secrets()),
                 )
             )
