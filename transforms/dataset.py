@@ -13,12 +13,23 @@ snapshot folder and staging area are the run's own (``snapshots/<run id>/``, ``_
 reader looks at. When every part is written, the publish step takes the output's lock, checks that the
 output still publishes the snapshot this pipeline was built against (the previous snapshot its
 ``changes/`` compare with: read when the transform was built, or named by the ``plan``), checks that every
-part the merges wrote is there, refuses a snapshot that deletes more than ``output.max_deleted_fraction``
-of the previous one's documents, publishes (:func:`~chunkline.dataset.publish.publish_run`, verifying the
-lock at the commit point) and releases the lock. Another writer that published meanwhile fails the step
-with :class:`~chunkline.dataset.lock.ConcurrentRunError` and nothing is published: the run's ``changes/``
-would be against the wrong snapshot. A pipeline that fails before the publish step publishes nothing; the
-folders it wrote are named by no manifest and are removed by the next run that publishes.
+part the merges wrote is there, refuses what ``chunkline run`` refuses (a full rebuild that would lose the
+documents published from a folder it could not list, a snapshot that deletes more than
+``output.max_deleted_fraction`` of the previous one's documents: :class:`~chunkline.dataset.rebuild.PublishRefusedError`),
+publishes (:func:`~chunkline.dataset.publish.publish_run`, verifying the lock at the commit point) and
+releases the lock. Another writer that published meanwhile fails the step with
+:class:`~chunkline.dataset.lock.ConcurrentRunError` and nothing is published: the run's ``changes/`` would
+be against the wrong snapshot. A publish step that refuses or fails removes what its run wrote, so the
+output is left byte for byte as it was. An input that is missing, cannot be listed or matches no file fails
+the pipeline in :class:`~chunkline.transforms.ReadMarkdown`, before anything is written. A pipeline that
+fails elsewhere before the publish step publishes nothing; the folders it wrote are named by no manifest and
+are removed by the next run that publishes.
+
+One transform, one snapshot: the run id is decided when the transform is built (the staging area, an
+incremental plan's files and the snapshot its ``changes/`` compare with all hang on it), and a snapshot
+folder never changes once written. Running the same pipeline a second time therefore fails with
+:class:`~chunkline.dataset.rebuild.PublishRefusedError` before its first write (the check is a side input of
+the step that feeds the spill); build the pipeline again to write a new snapshot.
 
 ``chunkline run`` builds its pipeline from the same transform with ``publish=False``: its driver holds the
 output's lock from before planning to after publishing, and publishes once the pipeline succeeded.
@@ -34,22 +45,31 @@ from typing import Any
 import apache_beam as beam
 from fsspec.core import url_to_fs
 
+from chunkline.dataset.inputs import UNLISTED_FOLDER, FileProblem, SourceFile
 from chunkline.dataset.layout import snapshot_url
 from chunkline.dataset.lock import ConcurrentRunError
-from chunkline.dataset.publish import acquire_output_lock, publish_run, read_manifest
-from chunkline.dataset.rebuild import InputListing, RebuildPlan, plan_rebuild, write_shard_plans
+from chunkline.dataset.publish import acquire_output_lock, discard_run, publish_run, read_dataset, read_manifest
+from chunkline.dataset.rebuild import (
+    InputListing,
+    RebuildPlan,
+    plan_rebuild,
+    refuse_full_rebuild_over_unlisted,
+    write_shard_plans,
+)
 from chunkline.dataset.settings import RunConfig
 from chunkline.dataset.sink import WriteSettings, write_settings_for
 from chunkline.dataset.staged import (
     change_counts,
     new_run_id,
+    published_snapshot,
     published_snapshot_strict,
     refuse_mass_deletion,
+    refuse_written_run,
     run_manifest_fields,
     staged_counts,
 )
 from chunkline.dataset.storage import list_files, scrub_secrets
-from chunkline.transforms.chunk import CHUNKS, ChunkMarkdownResult
+from chunkline.transforms.chunk import CHUNKS, ERRORS, ChunkMarkdownResult
 from chunkline.transforms.rows import value_converter
 from chunkline.transforms.write import WriteChunkTables
 
@@ -60,6 +80,25 @@ logger = logging.getLogger("chunkline")
 
 def _without_chunks(document_rows: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
     return [(table, row) for table, row in document_rows if table != CHUNKS]
+
+
+def _unlisted_folders(document_rows: list[tuple[str, dict[str, Any]]]) -> Iterator[SourceFile]:
+    """The folders below an input that could not be listed, from their error rows."""
+    for table, row in document_rows:
+        if table == ERRORS and row.get("error_type") == UNLISTED_FOLDER:
+            problem = FileProblem(row["stage"], UNLISTED_FOLDER, row["message"])
+            yield SourceFile(row["doc_id"], row["source_uri"], 0, "", None, None, problem=problem)
+
+
+def _refuse_written_run(run_id: str, config: RunConfig) -> str:
+    """:func:`~chunkline.dataset.staged.refuse_written_run` as a pipeline step."""
+    refuse_written_run(config, run_id)
+    return run_id
+
+
+def _after_run_check(rows: Any, _: str) -> Any:
+    """A document's rows, passed on once the run's check (the side input) has passed."""
+    return rows
 
 
 class _ChunkRowsAsTableRows:
@@ -82,15 +121,23 @@ class _ChunkRowsAsTableRows:
 class _PublishRunFn(beam.DoFn):
     """Publishes the run's snapshot once every part is written, with the output's lock held meanwhile."""
 
-    def __init__(self, config: RunConfig, run_id: str, plan: RebuildPlan, base_snapshot: str | None):
+    def __init__(
+        self,
+        config: RunConfig,
+        run_id: str,
+        plan: RebuildPlan,
+        base_snapshot: str | None,
+        full_reason: str = "a pipeline of chunkline's transforms given no plan",
+    ):
         self._config = config
         self._run_id = run_id
+        self._full_reason = full_reason
         # Without its read list and carried documents, which can be long; what the manifest says of them stays.
         self._plan = dataclasses.replace(plan, to_chunk=[], carried={})
         self._rebuild = {**plan.describe(), "in_process": False}
         self._base_snapshot = base_snapshot
 
-    def process(self, _: Any, parts: list[str]) -> Iterator[str]:
+    def process(self, _: Any, parts: list[str], unlisted: list[SourceFile] = ()) -> Iterator[str]:
         config, run_id = self._config, self._run_id
         output_url = config.output.url or ""
         secrets = tuple(config.secrets())
@@ -106,35 +153,60 @@ class _PublishRunFn(beam.DoFn):
             if published == run_id:  # a retried bundle: this run is the dataset already
                 yield run_id
                 return
-            if published != self._base_snapshot:
-                built_on = f"snapshot {self._base_snapshot}" if self._base_snapshot else "an output with no dataset"
-                raise ConcurrentRunError(
-                    f"another run published snapshot {published} at {output_url} while this pipeline (run "
-                    f"{run_id}) was built against {built_on}; nothing was published (its changes/ would be "
-                    "against the wrong snapshot): run the pipeline again"
-                )
-            self._check_parts(parts)
-            counts = staged_counts(output_url, run_id, config)
-            changes = change_counts(output_url, run_id, config)
-            before = changes["deleted"] + changes["changed"] + changes["unchanged"]
-            refuse_mass_deletion(config, changes["deleted"], before, self._plan)
-            fields = run_manifest_fields(
-                config, self._plan, in_process=False, pipeline_seconds=0.0, counts=counts, changes=changes
-            )
-            fields.update(rebuild=self._rebuild, timings={})
-            publish_run(
-                output_url,
-                run_id,
-                fields,
-                config.output.storage_options,
-                secrets=secrets,
-                keep=config.output.keep,
-                lock=lock,
-            )
+            try:
+                self._publish(parts, list(unlisted), published, lock)
+            except BaseException:
+                if published_snapshot(config) != run_id:  # refused or failed before the commit point
+                    discard_run(output_url, run_id, config.output.storage_options)
+                raise
             logger.info("chunkline: published snapshot %s at %s", run_id, output_url)
             yield run_id
         finally:
             lock.release()
+
+    def _publish(self, parts: list[str], unlisted: list[SourceFile], published: str | None, lock: Any) -> None:
+        """Check the run's snapshot as ``chunkline run`` checks its own, then publish it."""
+        config, run_id = self._config, self._run_id
+        output_url = config.output.url or ""
+        if published != self._base_snapshot:
+            built_on = f"snapshot {self._base_snapshot}" if self._base_snapshot else "an output with no dataset"
+            raise ConcurrentRunError(
+                f"another run published snapshot {published} at {output_url} while this pipeline (run "
+                f"{run_id}) was built against {built_on}; nothing was published (its changes/ would be "
+                "against the wrong snapshot): run the pipeline again"
+            )
+        self._check_parts(parts)
+        if unlisted and published is not None and not self._plan.incremental:
+            # The pipeline listed its inputs itself and carried nothing over: the documents published from
+            # a folder it could not list would be deleted.
+            refuse_full_rebuild_over_unlisted(
+                unlisted,
+                read_manifest(output_url, config.output.storage_options),
+                read_dataset(
+                    output_url,
+                    "documents",
+                    columns=["doc_id", "source_uri", "status", "content_sha256", "modified_time"],
+                    storage_options=config.output.storage_options,
+                ),
+                self._full_reason,
+            )
+        counts = staged_counts(output_url, run_id, config)
+        changes = change_counts(output_url, run_id, config)
+        before = changes["deleted"] + changes["changed"] + changes["unchanged"]
+        refuse_mass_deletion(config, changes["deleted"], before, self._plan)
+        fields = run_manifest_fields(
+            config, self._plan, in_process=False, pipeline_seconds=0.0, counts=counts, changes=changes
+        )
+        fields.update(rebuild=self._rebuild, timings={})
+        publish_run(
+            output_url,
+            run_id,
+            fields,
+            config.output.storage_options,
+            secrets=tuple(config.secrets()),
+            keep=config.output.keep,
+            lock=lock,
+        )
 
     def _check_parts(self, parts: list[str]) -> None:
         """Every part a merge wrote is in the snapshot folder (a writer that removed it publishes nothing)."""
@@ -146,7 +218,8 @@ class _PublishRunFn(beam.DoFn):
             raise ConcurrentRunError(
                 scrub_secrets(
                     f"{len(missing)} part file(s) of run {self._run_id} are gone (first: {missing[0]}); another "
-                    "writer removed them; nothing was published",
+                    "writer removed them, or an earlier attempt of this step refused to publish the run (its "
+                    "error says why); nothing was published",
                     tuple(config.secrets()),
                 )
             )
@@ -176,7 +249,8 @@ class WriteChunkDataset(beam.PTransform):
     must be read (``ReadMarkdown(config, matched=plan.to_chunk)``); the plan's files for the merges are
     written into the run's staging area when the transform is applied. Without one the run is a full rebuild,
     its ``changes/`` against the snapshot published when the transform was built. ``run_id`` names the
-    snapshot (a new one by default: build a new transform for each run)."""
+    snapshot (a new one by default); a pipeline holding the transform runs once: a second ``run()`` fails
+    before writing anything (build the pipeline again for a new snapshot)."""
 
     takes_chunk_markdown_result = True
 
@@ -196,6 +270,7 @@ class WriteChunkDataset(beam.PTransform):
         self._config = config
         self.run_id = run_id or new_run_id()
         self._publish = publish
+        self._full_reason = plan.reason if plan is not None else "a pipeline of chunkline's transforms given no plan"
         if not publish:
             self.plan, self._base_snapshot = plan or RebuildPlan("full", ""), None
         elif plan is None:
@@ -240,16 +315,27 @@ class WriteChunkDataset(beam.PTransform):
         else:
             rows = result.per_document
         self._write_shard_plans()
+        # Checked before the first row is spilled (a side input makes the spill wait for it): a second run
+        # of the same pipeline, with the run id it was built with, stops here instead of writing into the
+        # first run's snapshot folder.
+        not_written = (
+            result.pipeline
+            | "RunId" >> beam.Create([self.run_id])
+            | "RefuseWrittenRun" >> beam.Map(_refuse_written_run, self._config)
+        )
+        rows = rows | "AfterRunCheck" >> beam.Map(_after_run_check, beam.pvalue.AsSingleton(not_written))
         parts = rows | "WriteChunkTables" >> WriteChunkTables(self.settings)
         if not self._publish:
             return parts
+        unlisted = result.per_document | "UnlistedFolders" >> beam.FlatMap(_unlisted_folders)
         return (
             result.pipeline
             | "Publish" >> beam.Create([None])
             | "PublishSnapshot"
             >> beam.ParDo(
-                _PublishRunFn(self._config, self.run_id, self.plan, self._base_snapshot),
+                _PublishRunFn(self._config, self.run_id, self.plan, self._base_snapshot, self._full_reason),
                 parts=beam.pvalue.AsList(parts),
+                unlisted=beam.pvalue.AsList(unlisted),
             )
         )
 

@@ -6,7 +6,10 @@ files in a DoFn, groups the matches by ``doc_id`` (which spreads the reads acros
 inputs that hold the same ``doc_id``: the first input wins, the others are reported as skipped), then reads
 each file in a DoFn that builds its filesystems once per worker. A transient storage error is retried (see
 :func:`chunkline.dataset.storage.with_storage_retries`); a file that still cannot be read is not an
-exception: it comes out as a :class:`~chunkline.dataset.inputs.SourceFile` with ``problem`` set.
+exception: it comes out as a :class:`~chunkline.dataset.inputs.SourceFile` with ``problem`` set. An input
+is judged as ``chunkline run`` judges it (:func:`chunkline.dataset.rebuild.list_input_or_refuse`): one whose
+root is missing or cannot be listed, or that matches no file, fails the pipeline with
+:class:`~chunkline.dataset.rebuild.PublishRefusedError` naming it, before anything is read or written.
 """
 
 from __future__ import annotations
@@ -15,11 +18,11 @@ from collections.abc import Iterator, Sequence
 
 import apache_beam as beam
 
-from chunkline.dataset import inputs
 from chunkline.dataset.bundle import run_bundle
 from chunkline.dataset.file_reader import MatchedFileReader
 from chunkline.dataset.inputs import SourceFile
 from chunkline.dataset.listing import largest_first, read_listing
+from chunkline.dataset.rebuild import list_input_or_refuse
 from chunkline.dataset.settings import InputConfig, RunConfig
 
 __all__ = ["ReadMarkdown"]
@@ -32,7 +35,9 @@ class _MatchFilesFn(beam.DoFn):
 
     def process(self, element: tuple[int, str]) -> Iterator[tuple[str, SourceFile]]:
         input_index, url = element
-        for source in inputs.list_input(url, input_index, self._config, self._secrets):
+        # An input that is missing, cannot be listed or matches nothing fails the pipeline here, before
+        # anything is read or written, as it fails ``chunkline run``: never a snapshot without its documents.
+        for source in list_input_or_refuse(url, input_index, self._config, self._secrets):
             yield source.doc_id, source
 
 
@@ -63,7 +68,8 @@ class ReadMarkdown(beam.PTransform):
     Applied to the pipeline, it reads the configured inputs. Applied to a PCollection of URLs it reads
     those instead, each one an input of its own (the config then gives only the filters, limits and storage
     options); where two of them hold the same ``doc_id`` the one that sorts first by ``source_uri`` is read
-    and the others are reported as skipped.
+    and the others are reported as skipped. Either way an input that is missing, cannot be listed or
+    matches no file fails the pipeline (:class:`~chunkline.dataset.rebuild.PublishRefusedError`, naming it).
 
     With ``matched`` (``(doc_id, matched files)`` pairs already listed by the driver: every document of a
     full run, the changed ones of an incremental run) only those documents are read, spread over the

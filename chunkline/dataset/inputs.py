@@ -58,7 +58,6 @@ __all__ = [
     "choose_source",
     "doc_id_of",
     "glob_root",
-    "list_input",
     "match_input",
     "read_source",
     "utf8_name",
@@ -478,19 +477,6 @@ def _source_uri(fs: fsspec.AbstractFileSystem, path: str, input_url: str) -> str
         return fs.unstrip_protocol(path)
     except Exception:  # a filesystem that cannot say; the path is still useful
         return path
-
-
-def list_input(url: str, input_index: int, config: InputConfig, secrets: tuple[str, ...]) -> list[SourceFile]:
-    """The files of one input, listed whole with storage retries; an input that cannot be listed is one
-    ``SourceFile`` with a ``match`` problem, never an exception."""
-    try:
-        # Listed whole before anything is used, so that a listing that fails midway is tried again from the
-        # start (a transient error would otherwise cost every document of the input).
-        return with_storage_retries(lambda: list(match_input(url, input_index, config)), url, "list", secrets=secrets)
-    except Exception as error:  # an unreachable input is an error row, never a crashed run
-        message = str(error) if isinstance(error, StorageError) else f"cannot list input {url}: {error}"
-        problem = FileProblem("match", type(error).__name__, scrub_secrets(message, secrets))
-        return [SourceFile(url, url, input_index, "", None, None, problem=problem)]
 
 
 def choose_source(doc_id: str, matches: Any) -> tuple[SourceFile, list[SourceFile]]:

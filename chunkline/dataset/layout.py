@@ -27,6 +27,7 @@ __all__ = [
     "PART_NAME",
     "SNAPSHOT_ID",
     "SNAPSHOTS_FOLDER",
+    "SPILL_FOLDER",
     "STAGING_FOLDER",
     "SUCCESS_NAME",
     "join_path",
@@ -41,6 +42,8 @@ __all__ = [
 MANIFEST_NAME = "_manifest.json"
 SUCCESS_NAME = "_SUCCESS"
 STAGING_FOLDER = "_staging"
+SPILL_FOLDER = "spill"
+"""Below a run's staging area: the rows its workers spilled, per table and shard."""
 SNAPSHOTS_FOLDER = "snapshots"
 DATASET_FORMAT = "chunkline-dataset"
 

@@ -49,7 +49,7 @@ from chunkline.dataset.inputs import UNLISTED_FOLDER, SourceFile
 from chunkline.dataset.layout import keep_plan_path
 from chunkline.dataset.merge import PreviousSnapshot, shard_of
 from chunkline.dataset.publish import DamagedDatasetError, manifest_problem, read_dataset
-from chunkline.dataset.settings import RunConfig
+from chunkline.dataset.settings import InputConfig, RunConfig
 from chunkline.dataset.storage import (
     StorageError,
     fresh_filesystem,
@@ -64,9 +64,11 @@ __all__ = [
     "InputListing",
     "PublishRefusedError",
     "RebuildPlan",
+    "list_input_or_refuse",
     "list_inputs",
     "plan_rebuild",
     "rebuild_fingerprint",
+    "refuse_full_rebuild_over_unlisted",
     "write_shard_plans",
 ]
 
@@ -108,60 +110,71 @@ def list_inputs(config: RunConfig) -> InputListing:
     listing = InputListing()
     secrets = tuple(config.secrets())
     for index, url in enumerate(config.input.paths):
-        try:
-            found = with_storage_retries(
-                lambda url=url, index=index: list(inputs.match_input(url, index, config.input)),
-                url,
-                "list",
-                secrets=secrets,
-            )
-        except FileNotFoundError as error:
-            # match_input's own error names the input; another one (from the filesystem) is added to it.
-            what = str(error) if str(error).startswith(f"input {url} ") else f"input {url} does not exist ({error})"
-            raise PublishRefusedError(
-                scrub_secrets(
-                    f"{what}; nothing was published. Check the path (a renamed folder, an unmounted disk, a "
-                    "mistyped bucket?) and run again",
-                    secrets,
-                )
-            ) from None
-        except StorageError as error:
-            raise PublishRefusedError(
-                scrub_secrets(f"{error}; nothing was published. Run again once input {url} can be listed", secrets)
-            ) from None
-        except Exception as error:
-            first_line = (str(error).strip().splitlines() or [""])[0]
-            raise PublishRefusedError(
-                scrub_secrets(
-                    f"cannot list input {url} ({type(error).__name__}: {first_line}); nothing was published. "
-                    "Check its permissions or storage_options and run again",
-                    secrets,
-                )
-            ) from None
-        files = [source for source in found if not _is_unlisted_folder(source)]
-        if not found:
-            raise PublishRefusedError(_no_match_message(url, config))
-        for source in files:
-            listing.documents.setdefault(source.doc_id, []).append(source)
-        listing.unlisted += [source for source in found if _is_unlisted_folder(source)]
+        found = list_input_or_refuse(url, index, config.input, secrets)
+        for source in found:
+            if _is_unlisted_folder(source):
+                listing.unlisted.append(source)
+            else:
+                listing.documents.setdefault(source.doc_id, []).append(source)
     return listing
+
+
+def list_input_or_refuse(url: str, input_index: int, config: InputConfig, secrets: tuple[str, ...]) -> list[SourceFile]:
+    """Every file of one input (:func:`~chunkline.dataset.inputs.match_input`, listed whole with storage
+    retries), folders below it that could not be listed included as their error rows.
+
+    Raises :class:`PublishRefusedError`, one line naming the input, when its root is missing or cannot be
+    listed, or when it matches no file: ``chunkline run`` and the pipelines of chunkline's transforms
+    judge every input by this one function."""
+    try:
+        # Listed whole before anything is used, so that a listing that fails midway is tried again from the
+        # start (a transient error would otherwise cost every document of the input).
+        found = with_storage_retries(
+            lambda: list(inputs.match_input(url, input_index, config)), url, "list", secrets=secrets
+        )
+    except FileNotFoundError as error:
+        # match_input's own error names the input; another one (from the filesystem) is added to it.
+        what = str(error) if str(error).startswith(f"input {url} ") else f"input {url} does not exist ({error})"
+        raise PublishRefusedError(
+            scrub_secrets(
+                f"{what}; nothing was published. Check the path (a renamed folder, an unmounted disk, a "
+                "mistyped bucket?) and run again",
+                secrets,
+            )
+        ) from None
+    except StorageError as error:
+        raise PublishRefusedError(
+            scrub_secrets(f"{error}; nothing was published. Run again once input {url} can be listed", secrets)
+        ) from None
+    except Exception as error:
+        first_line = (str(error).strip().splitlines() or [""])[0]
+        raise PublishRefusedError(
+            scrub_secrets(
+                f"cannot list input {url} ({type(error).__name__}: {first_line}); nothing was published. "
+                "Check its permissions or storage_options and run again",
+                secrets,
+            )
+        ) from None
+    if not found:
+        raise PublishRefusedError(_no_match_message(url, config, secrets))
+    return found
 
 
 def _is_unlisted_folder(source: SourceFile) -> bool:
     return source.problem is not None and source.problem.error_type == UNLISTED_FOLDER and not source.path
 
 
-def _no_match_message(url: str, config: RunConfig) -> str:
+def _no_match_message(url: str, config: InputConfig, secrets: tuple[str, ...]) -> str:
     filters = []
-    if config.input.include or config.input.exclude:
+    if config.include or config.exclude:
         filters.append("input.include/exclude")
     if not any(character in url for character in "*?["):
-        filters.append("names ending in " + ", ".join(config.input.extensions))
+        filters.append("names ending in " + ", ".join(config.extensions))
     within = f" ({' and '.join(filters)})" if filters else ""
     return scrub_secrets(
         f"input {url} matches no file{within}; nothing was published (publishing would delete every document "
         "of it). Check the path or pattern and run again",
-        tuple(config.secrets()),
+        secrets,
     )
 
 
@@ -468,6 +481,19 @@ def _refuse_full_rebuild_over_unlisted(
         f"which cannot keep {lost}; nothing was published. Make the folder readable and run again, or move "
         "it out of the input to let its documents go"
     )
+
+
+def refuse_full_rebuild_over_unlisted(
+    unlisted: list[SourceFile],
+    previous_manifest: dict[str, Any] | None,
+    previous_documents: pa.Table | None,
+    reason: str,
+) -> None:
+    """Raise :class:`PublishRefusedError` when a full rebuild (for ``reason``) would lose the documents
+    ``previous_documents`` holds below a folder of ``unlisted`` (error rows of folders that could not be
+    listed): the check :func:`plan_rebuild` makes, for a pipeline that listed its inputs itself."""
+    previous_rows = _previous_rows(previous_documents) if previous_documents is not None else None
+    _refuse_full_rebuild_over_unlisted(InputListing(unlisted=list(unlisted)), previous_manifest, previous_rows, reason)
 
 
 def _content_digests(sources: list[SourceFile], config: RunConfig) -> dict[str, str | None]:

@@ -30,7 +30,7 @@ from fsspec.core import url_to_fs
 
 from chunkline.cores import available_cores
 from chunkline.dataset.bundle import BundleStep, run_bundle
-from chunkline.dataset.layout import part_name, part_shard, snapshot_url, staging_url
+from chunkline.dataset.layout import SPILL_FOLDER, part_name, part_shard, snapshot_url, staging_url
 from chunkline.dataset.merge import (
     PartWriter,
     PreviousSnapshot,
@@ -146,7 +146,7 @@ class SpillRows(BundleStep):
 
     def setup(self) -> None:
         self._fs, root = url_to_fs(self._settings.staging_url, **(self._settings.storage_options or {}))
-        self._spill_root = f"{root.rstrip('/')}/spill"
+        self._spill_root = f"{root.rstrip('/')}/{SPILL_FOLDER}"
         self._schemas = self._settings.schemas
         self._row_types = {table: pa.struct(list(schema)) for table, (schema, _) in self._schemas.items()}
 
@@ -449,7 +449,7 @@ class MergeShard(BundleStep):
         return data
 
     def _spill_paths(self, table_name: str, shard: int) -> list[str]:
-        folder = f"{self._staging_root}/spill/{table_name}/{shard:05d}"
+        folder = f"{self._staging_root}/{SPILL_FOLDER}/{table_name}/{shard:05d}"
         return sorted(list_files(self._fs, folder, self._settings.secrets))
 
     def _read_spill(self, path: str) -> pa.Table:

@@ -24,11 +24,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from fsspec.core import url_to_fs
 
-from chunkline.dataset.layout import MANIFEST_NAME, join_path, snapshot_url
+from chunkline.dataset.layout import MANIFEST_NAME, SPILL_FOLDER, join_path, snapshot_url, staging_url
 from chunkline.dataset.publish import read_manifest
 from chunkline.dataset.rebuild import PublishRefusedError, RebuildPlan, rebuild_fingerprint
 from chunkline.dataset.settings import RunConfig
-from chunkline.dataset.storage import list_files, storage_url, with_storage_retries
+from chunkline.dataset.storage import list_files, scrub_secrets, storage_url, with_storage_retries
 
 __all__ = [
     "change_counts",
@@ -36,6 +36,7 @@ __all__ = [
     "published_snapshot",
     "published_snapshot_strict",
     "refuse_mass_deletion",
+    "refuse_written_run",
     "run_manifest_fields",
     "staged_counts",
 ]
@@ -67,6 +68,40 @@ def published_snapshot_strict(config: RunConfig) -> str | None:
     if not exists:
         return None
     return read_manifest(output_url, config.output.storage_options)["snapshot"]
+
+
+def refuse_written_run(config: RunConfig, run_id: str) -> None:
+    """Raise :class:`PublishRefusedError` when run ``run_id`` has written to the output already: its snapshot
+    folder exists (published or not) or its staging area holds spill files. A snapshot folder, once
+    written, never changes: a pipeline that runs a second time with the run id it was built with would
+    write into it, so it stops before its first write instead."""
+    output_url = config.output.url or ""
+    secret_values = tuple(config.secrets())
+    fs, snapshot_root = url_to_fs(snapshot_url(output_url, run_id), **config.output.storage_options)
+    _, staging_root = url_to_fs(staging_url(output_url, run_id), **config.output.storage_options)
+    written = [
+        url
+        for url, path in (
+            (snapshot_url(output_url, run_id), snapshot_root.rstrip("/")),
+            (
+                join_path(staging_url(output_url, run_id), SPILL_FOLDER),
+                join_path(staging_root.rstrip("/"), SPILL_FOLDER),
+            ),
+        )
+        if with_storage_retries(
+            lambda path=path: fs.exists(path), storage_url(fs, path), "look up", secrets=secret_values
+        )
+    ]
+    if written:
+        raise PublishRefusedError(
+            scrub_secrets(
+                f"run {run_id} has written to {written[0]} already: a WriteChunkDataset writes one snapshot, and "
+                "a snapshot folder never changes once written, so a pipeline holding it runs once; nothing was "
+                "written. Build the pipeline again (a new WriteChunkDataset takes a new run id) to write a new "
+                "snapshot",
+                secret_values,
+            )
+        )
 
 
 def refuse_mass_deletion(config: RunConfig, deleted: int, before: int, plan: RebuildPlan) -> None:
