@@ -22,7 +22,7 @@ from sybil.parsers.markdown import PythonCodeBlockParser, SkipParser
 ROOT = Path(__file__).resolve().parent
 README = ROOT / "README.md"
 #: What the quick start's main command works on and leaves behind, copied into every example's folder.
-QUICK_START_INPUTS = ("sample_corpus", "configs", "examples")
+QUICK_START_INPUTS = ("sample_corpus", "configs", "examples", "tests/fixtures/evaluation")
 
 
 def readme_main_command(readme: str = "") -> str:
