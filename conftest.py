@@ -105,3 +105,11 @@ def pytest_collect_file(file_path: Path, parent):
     if relative == Path("README.md") or (relative is not None and relative.parts[0] == "docs"):
         return _collect_examples(file_path, parent)
     return None
+
+
+def pytest_collection_modifyitems(items):
+    """An example that builds a Beam pipeline takes seconds: it is a slow test, like the suite's own."""
+    for item in items:
+        example = getattr(item, "example", None)
+        if example is not None and "beam.Pipeline(" in str(example.parsed):
+            item.add_marker(pytest.mark.slow)

@@ -9,6 +9,7 @@ import re
 import shlex
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,6 +44,7 @@ def test_the_main_command_sets_up_a_venv_and_runs_the_main_job_on_the_sample_cor
     assert command in bash_blocks(DOCS[ROOT / "docs" / "getting-started.md"])
 
 
+@pytest.mark.slow  # the quick start's main command runs first
 def test_the_summary_line_shown_is_the_one_the_main_command_prints(quick_start_folder):
     printed = (quick_start_folder / ".quick_start_stdout").read_text(encoding="utf-8")
     [run_summary] = SUMMARY_LINE.findall(printed)
