@@ -48,10 +48,12 @@ def test_the_main_command_sets_up_a_venv_and_runs_the_main_job_on_the_sample_cor
 def test_the_summary_line_shown_is_the_one_the_main_command_prints(quick_start_folder):
     printed = (quick_start_folder / ".quick_start_stdout").read_text(encoding="utf-8")
     [run_summary] = SUMMARY_LINE.findall(printed)
-    for name in ("README.md", "docs/getting-started.md"):
-        [shown] = SUMMARY_LINE.findall(PAGES[name])
-        # Everything but the time it took.
-        assert shown.split(" in ")[0] == run_summary.split(" in ")[0], name
+    shown = {name: SUMMARY_LINE.findall(text) for name, text in PAGES.items()}
+    assert {"README.md", "docs/getting-started.md", "docs/reference/cli.md"} <= {name for name in shown if shown[name]}
+    for name, lines in shown.items():
+        for line in lines:
+            # Everything but the time it took.
+            assert line.split(" in ")[0] == run_summary.split(" in ")[0], name
 
 
 def test_the_test_command_shown_is_the_one_ci_runs():
