@@ -28,8 +28,9 @@ Question sets (``--sets``)
     set is read with ``chunkline.evaluation.questions.load_questions`` (doc ids ``<corpus_id>.md``); a
     table is printed for all questions and one per corpus.
 ``markdown``
-    Questions built from ``../shared/corpus`` (the Rust book and the Rust RFCs, real markdown written by
-    others) by the rule below; the searched corpus is every markdown file under that folder, with the doc
+    Questions built from the ``--corpus`` folder by the rule below (the published figures: ``--corpus
+    ../shared/corpus``, the Rust book and the Rust RFCs, real markdown written by others; the default is
+    ``sample_corpus/``, which this repository ships); the searched corpus is every markdown file under that folder, with the doc
     id ``chunkline run`` gives it (its POSIX path relative to the folder: ``rust-rfcs/0001-private-fields.md``).
 
 Both sets' documents are read as ``chunkline run`` reads them (``chunkline.evaluation.corpus.read_corpus``:
@@ -169,7 +170,7 @@ from chunkline.tokenizers import load_encoding
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 DEFAULT_RETRIEVAL = REPOSITORY / ".." / "shared" / "retrieval"
-DEFAULT_CORPUS = REPOSITORY / ".." / "shared" / "corpus"
+DEFAULT_CORPUS = REPOSITORY / "sample_corpus"
 ENCODING_NAME = "cl100k_base"
 SEMANTIC_MODEL = "gpt-3.5-turbo"  # tiktoken-rs maps it to cl100k_base
 CHUNK_TOKENS = 512

@@ -29,6 +29,9 @@ from chunkline.transforms import ChunkMarkdown, ChunkRow, ReadMarkdown, WriteChu
 
 LONG_CHUNK_TOKENS = 400
 long_chunks = Metrics.counter("my_pipeline", "chunks_over_400_tokens")
+# The pipeline's own log lines go through a logger of this script's: importing Beam has already given the
+# root logger a handler at WARNING, so logging.basicConfig(level=logging.INFO) here would change nothing.
+log = logging.getLogger("beam_pipeline")
 
 
 def check_chunk(chunk: ChunkRow) -> ChunkRow:
@@ -50,10 +53,10 @@ def build_pipeline(pipeline: beam.Pipeline, config: RunConfig) -> beam.PCollecti
         chunked.chunks
         | "DocAndTokens" >> beam.Select("doc_id", "token_count")
         | "TokensPerDocument" >> beam.GroupBy("doc_id").aggregate_field("token_count", sum, "tokens")
-        | "LogTokens" >> beam.Map(lambda row: logging.info("%s: %d tokens", row.doc_id, row.tokens))
+        | "LogTokens" >> beam.Map(lambda row: log.info("%s: %d tokens", row.doc_id, row.tokens))
     )
     _ = chunked.errors | "LogErrors" >> beam.Map(
-        lambda error: logging.warning("%s [%s] %s", error.doc_id, error.error_type, error.message)
+        lambda error: log.warning("%s [%s] %s", error.doc_id, error.error_type, error.message)
     )
 
     return chunked.with_chunks(checked) | "Write" >> WriteChunkDataset(config)
@@ -77,5 +80,9 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    log.propagate = False  # printed once, by this handler, whatever Beam did to the root logger
     sys.exit(main(sys.argv[1:]))
