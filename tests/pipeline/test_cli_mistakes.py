@@ -167,11 +167,14 @@ def test_config_file_mistakes_exit_2_naming_the_file(docs, tmp_path, capsys):
     latin1.write_bytes("chunking:\n  strategy: t\xeate\n".encode("latin-1"))
     listing = tmp_path / "list.yaml"
     listing.write_text("- chunking\n", encoding="utf-8")
+    twice = tmp_path / "twice.yaml"
+    twice.write_text("chunking:\n  max_tokens: 256\n  headings:\n    max_heading_level: 2\n  max_tokens: 1024\n")
     cases = {
         tmp_path / "missing.yaml": "does not exist; check the --config path",
         tmp_path: "is a folder; --config takes a YAML file",
         latin1: "is not UTF-8 text (byte 23); save it as UTF-8",
         listing: "expected a mapping at the top level, found list",
+        twice: "the key 'max_tokens' is given twice in one mapping (lines 2 and 5); keep one",
     }
     for path, message in cases.items():
         for command in (["run", str(docs), "--output", str(tmp_path / "out")], ["chunk", str(docs)], ["inspect", "x"]):
