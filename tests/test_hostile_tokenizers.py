@@ -164,6 +164,20 @@ def test_a_panicking_tokenizer_stops_an_evaluation_with_a_line_naming_the_docume
         chunk_corpus(corpus, config_for(tokenizer_file))
 
 
+def test_a_regex_that_backtracks_short_of_the_limit_is_slow_but_chunks_exactly(tmp_path):
+    """A run of 16 ``a`` under ``(a+)+b`` backtracks about 2**17 steps from its first letter without
+    reaching the regex engine's retry limit: no panic, no error, only time that grows with each such run
+    (2**n steps for a run of n letters). The document is chunked with exact counts; the size is bounded
+    here so that it takes a fraction of a second."""
+    build, _ = PANICKING["split-nested-quantifier"]
+    tokenizer_file = save(build(), tmp_path, "split-nested-quantifier")
+    text = "# Runs\n\n" + " ".join(["a" * 16] * 10) + "\n\n## Then\n\nA b.\n"
+    chunks = chunk_markdown(text, config_for(tokenizer_file, max_tokens=16))
+    assert reconstruct(chunks) == text
+    fresh = Tokenizer.from_file(tokenizer_file)
+    assert [chunk.token_count for chunk in chunks] == [len(fresh.encode(chunk.text).ids) for chunk in chunks]
+
+
 class _Interrupting:
     """A tokenizer whose encode raises ``interruption`` (a user's Ctrl-C, an exit request)."""
 
