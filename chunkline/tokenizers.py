@@ -17,7 +17,9 @@ Each ``(encoding, file)`` pair is loaded once per process and cached.
 (BGE, E5, GTE, MiniLM, Llama...): ``tokenizer_file`` names it (a path or fsspec URL, read with the same size
 cap, never downloaded), ``tokenizer_sha256`` optionally pins its bytes, and ``count_special_tokens`` makes
 every count include the special tokens the model adds (``[CLS]``/``[SEP]``, ``<s>``), so that
-``max_tokens`` can be the model's window.
+``max_tokens`` can be the model's window; :func:`counter_for` refuses a config whose counted special tokens
+leave fewer than 4 of ``max_tokens`` for text. A text the tokenizer's Rust code panics on (a normalizer or
+pre-tokenizer regex past its backtracking limit) raises :class:`TokenizerFailedError`, an ``Exception``.
 """
 
 from __future__ import annotations
