@@ -288,13 +288,20 @@ class EmbedText:
 
         ``heading_paths`` are the heading paths the chunks will have (those of the document's sections).
         The largest context line (with its separator) plus the largest header of a table that may be
-        split, capped at ``max_tokens // 4`` and so that the rest stays above ``overlap_tokens``; for a
+        split, capped at ``max_tokens // 4``, so that the rest stays above ``overlap_tokens`` and leaves a
+        chunk's text at least 4 tokens besides the special tokens every count includes; for a
         strategy that ``keeps_blocks_whole``, lowered so that every protected block that fits
         ``max_tokens`` still fits the rest."""
         max_tokens = self.max_tokens
         if max_tokens is None:
             return 0
-        cap = min(max_tokens // RESERVE_SHARE, max_tokens - _MIN_BUDGET, max_tokens - self.overlap_tokens - 1)
+        # The special tokens every count includes are not room for text: the reserve never takes the last
+        # _MIN_BUDGET tokens of what they leave.
+        cap = min(
+            max_tokens // RESERVE_SHARE,
+            max_tokens - self._special - _MIN_BUDGET,
+            max_tokens - self.overlap_tokens - 1,
+        )
         if cap <= 0:
             return 0
         line_tokens = 0

@@ -27,6 +27,8 @@ import yaml
 __all__ = [
     "MAX_WHOLE_NUMBER",
     "ConfigError",
+    "ConfigLoader",
+    "DuplicateKeyError",
     "TextValue",
     "as_mapping",
     "build_dataclass",
@@ -86,6 +88,44 @@ def _syntax_only(quoted: re.Match[str]) -> str:
     return quoted.group() if is_syntax else ""
 
 
+class DuplicateKeyError(yaml.YAMLError):
+    """A mapping of a YAML document gives the same key twice (YAML forbids it; a plain load keeps the last)."""
+
+    def __init__(self, key: Any, first_line: int, second_line: int):
+        self.key = key
+        self.first_line = first_line
+        self.second_line = second_line
+        super().__init__(
+            f"the key {self.shown_key} is given twice in one mapping (lines {first_line} and {second_line}); keep one"
+        )
+
+    @property
+    def shown_key(self) -> str:
+        shown = repr(self.key)
+        return shown if len(shown) <= 80 else shown[:77] + "..."
+
+
+class ConfigLoader(yaml.SafeLoader):
+    """PyYAML's safe loader (plain YAML: no ``!!python/...`` tags) that refuses a key given twice in one
+    mapping, at any depth, with :class:`DuplicateKeyError`. Keys brought in by a merge (``<<: *defaults``)
+    may be overridden, as YAML means them to be."""
+
+    def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict[Any, Any]:
+        if isinstance(node, yaml.MappingNode):
+            first_key_nodes: dict[Any, yaml.Node] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = first_key_nodes.setdefault(key, key_node)
+                except TypeError:  # an unhashable key: the safe loader's own error names it
+                    continue
+                if first is not key_node:
+                    raise DuplicateKeyError(key, first.start_mark.line + 1, key_node.start_mark.line + 1)
+        return super().construct_mapping(node, deep=deep)
+
+
 def read_yaml_mapping(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Safely load a YAML file that must hold a mapping; every way it can fail is a :class:`ConfigError`
     naming the file (and, for a syntax error, the line and column, never the text there)."""
@@ -110,7 +150,9 @@ def read_yaml_mapping(path: str | os.PathLike[str]) -> dict[str, Any]:
     except UnicodeDecodeError as error:
         raise ConfigError(f"config file {name} is not UTF-8 text (byte {error.start}); save it as UTF-8") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=ConfigLoader)
+    except DuplicateKeyError as error:
+        raise ConfigError(f"{name}: {error}") from None
     except yaml.YAMLError as error:
         raise ConfigError(f"{name}: not valid YAML ({yaml_error_summary(error)})") from None
     if data is None:
@@ -403,7 +445,9 @@ def _text_mapping(text: str, path: str) -> dict[str, Any]:
             f"{path}: expected a mapping such as {{name: value}}, or set one entry with {path}.NAME=VALUE"
         )
     try:
-        value = yaml.safe_load(text)
+        value = yaml.load(text, Loader=ConfigLoader)
+    except DuplicateKeyError as error:
+        raise ConfigError(f"{path}: the key {error.shown_key} is given twice; keep one") from None
     except yaml.YAMLError as error:
         raise ConfigError(f"{path}: not a valid YAML mapping ({yaml_error_summary(error)})") from None
     if not isinstance(value, dict):

@@ -17,7 +17,9 @@ Each ``(encoding, file)`` pair is loaded once per process and cached.
 (BGE, E5, GTE, MiniLM, Llama...): ``tokenizer_file`` names it (a path or fsspec URL, read with the same size
 cap, never downloaded), ``tokenizer_sha256`` optionally pins its bytes, and ``count_special_tokens`` makes
 every count include the special tokens the model adds (``[CLS]``/``[SEP]``, ``<s>``), so that
-``max_tokens`` can be the model's window.
+``max_tokens`` can be the model's window; :func:`counter_for` refuses a config whose counted special tokens
+leave fewer than 4 of ``max_tokens`` for text. A text the tokenizer's Rust code panics on (a normalizer or
+pre-tokenizer regex past its backtracking limit) raises :class:`TokenizerFailedError`, an ``Exception``.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import tiktoken
 import tiktoken.registry
 import tiktoken_ext
 
+from chunkline.settings import ConfigError
 from chunkline.text_index import as_tokenizers_see_it
 
 __all__ = [
@@ -44,6 +47,8 @@ __all__ = [
     "HuggingFaceCounter",
     "HUGGINGFACE",
     "TokenizerUnavailableError",
+    "TokenizerFailedError",
+    "is_rust_panic",
     "get_token_counter",
     "counter_for",
     "check_counter_loads",
@@ -54,6 +59,20 @@ __all__ = [
 
 class TokenizerUnavailableError(RuntimeError):
     """The encoding's rank file cannot be found offline, or does not match its published sha256."""
+
+
+class TokenizerFailedError(RuntimeError):
+    """The tokenizer gave up on a text (a Hugging Face tokenizer's Rust code panicked on it): that document
+    cannot be counted, every other one can."""
+
+
+def is_rust_panic(error: BaseException) -> bool:
+    """Whether ``error`` is a Rust panic raised through pyo3 (``pyo3_runtime.PanicException``).
+
+    pyo3 derives it from ``BaseException`` so that ``except Exception`` does not hide a bug, and each
+    extension module has its own copy of the class: it is known by its qualified name, not by identity."""
+    kind = type(error)
+    return kind.__name__ == "PanicException" and kind.__module__ == "pyo3_runtime"
 
 
 class TokenCounter(Protocol):
@@ -347,10 +366,24 @@ class HuggingFaceCounter:
     def count(self, text: str) -> int:
         if not text:
             return 0
-        return len(self.tokenizer.encode(_as_text(text), add_special_tokens=self.count_special_tokens))
+        return len(self._encode(_as_text(text), self.count_special_tokens))
 
     def encode(self, text: str) -> list[int]:
-        return self.tokenizer.encode(_as_text(text), add_special_tokens=self.count_special_tokens).ids
+        return self._encode(_as_text(text), self.count_special_tokens).ids
+
+    def _encode(self, text: str, add_special_tokens: bool) -> Any:
+        """The tokenizer's encoding of ``text``; a panic of its Rust code (a pre-tokenizer regex that gives
+        up, say) is a :class:`TokenizerFailedError`, an ``Exception`` that one document's isolation catches."""
+        try:
+            return self.tokenizer.encode(text, add_special_tokens=add_special_tokens)
+        except BaseException as error:
+            if not is_rust_panic(error):
+                raise
+            detail = " ".join(str(error).split()) or "a panic"
+            raise TokenizerFailedError(
+                f"the Hugging Face tokenizer {self.tokenizer_file} failed on this text ({detail}); its "
+                "normalizer or pre-tokenizer cannot handle it"
+            ) from None
 
     def encode_array(self, text: str) -> np.ndarray:
         return np.asarray(self.encode(text), dtype=np.int64)
@@ -365,7 +398,7 @@ class HuggingFaceCounter:
     def token_end_chars(self, text: str) -> np.ndarray:
         """Character offset in ``text`` where each of its tokens ends (the special tokens left out)."""
         seen, sources = as_tokenizers_see_it(text)
-        encoding = self.tokenizer.encode(seen, add_special_tokens=False)
+        encoding = self._encode(seen, False)
         ends = np.asarray(encoding.offsets, dtype=np.int64).reshape(-1, 2)[:, 1]
         if sources is not None:
             ends = np.asarray(sources, dtype=np.int64)[ends]
@@ -433,13 +466,33 @@ def get_token_counter(
 
 
 def counter_for(config: Any) -> TokenCounter:
-    """The cached counter a :class:`chunkline.config.ChunkConfig` names."""
-    return get_token_counter(
+    """The cached counter a :class:`chunkline.config.ChunkConfig` names.
+
+    Raises :class:`~chunkline.settings.ConfigError` when the special tokens the tokenizer adds to every
+    count leave too little of ``max_tokens`` for a chunk's text."""
+    counter = get_token_counter(
         config.tokenizer,
         config.tokenizer_file,
         getattr(config, "tokenizer_sha256", None),
         getattr(config, "count_special_tokens", False),
     )
+    special_tokens = getattr(counter, "special_tokens_added", 0)
+    if special_tokens:
+        _check_room_for_text(config, special_tokens)
+    return counter
+
+
+def _check_room_for_text(config: Any, special_tokens: int) -> None:
+    from chunkline.config import MIN_MAX_TOKENS  # the smallest budget of a chunk's text
+
+    room = config.max_tokens - special_tokens
+    if room < MIN_MAX_TOKENS:
+        raise ConfigError(
+            f"chunking.tokenizer_file {config.tokenizer_file}: its post-processor adds {special_tokens} special "
+            f"tokens to every count (count_special_tokens: true), which leaves {max(room, 0)} of chunking.max_tokens "
+            f"{config.max_tokens} for text, and one character can take {MIN_MAX_TOKENS}: set max_tokens to at "
+            f"least {special_tokens + MIN_MAX_TOKENS}, or count_special_tokens: false"
+        )
 
 
 def check_counter_loads(config: Any) -> None:

@@ -675,7 +675,7 @@ def _chunk_command(arguments: argparse.Namespace) -> int:
     from chunkline.encode_ahead import encode_ahead_default, start_encoding
     from chunkline.engine import chunk_document
     from chunkline.structure import parse_markdown
-    from chunkline.tokenizers import counter_for
+    from chunkline.tokenizers import TokenizerFailedError, counter_for
 
     config = load_chunk_config(arguments.config, arguments.overrides)
     counter = counter_for(config)
@@ -701,7 +701,12 @@ def _chunk_command(arguments: argparse.Namespace) -> int:
         pending = start_encoding(text, counter) if encode_ahead else None
         document = parse_markdown(text, config.parser)
         offsets = pending() if pending is not None else None
-        chunks = chunk_document(document, config, counter, doc_id=doc_id, source_uri=label, offsets=offsets)
+        try:
+            chunks = chunk_document(document, config, counter, doc_id=doc_id, source_uri=label, offsets=offsets)
+        except TokenizerFailedError as error:  # this file's text, not the config: the other files go on
+            failures += 1
+            print(f"chunkline: {label}: {error}; skipped", file=sys.stderr)
+            continue
         files_done += 1
         chunk_total += len(chunks)
         token_total += sum(chunk.token_count for chunk in chunks)
@@ -718,7 +723,7 @@ def _chunk_command(arguments: argparse.Namespace) -> int:
     summary = (
         f"{files_done} file(s), {chunk_total} chunk(s), {token_total} tokens, "
         f"{byte_total / 1e6:.2f} MB in {elapsed:.2f} s"
-        + (f", {failures} file(s) could not be read" if failures else "")
+        + (f", {failures} file(s) could not be read or chunked" if failures else "")
     )
     print(summary, file=sys.stderr if arguments.format == "jsonl" else out)
     return 1 if failures else 0

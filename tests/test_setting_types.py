@@ -332,3 +332,67 @@ def test_every_parquet_codec_pyarrow_has_is_accepted(codec, tmp_path):
 
     assert run_config(f"output.compression={codec}").output.compression == codec
     pq.write_table(pa.table({"a": [1]}), tmp_path / "a.parquet", compression=codec)  # and pyarrow writes it
+
+
+# --------------------------------------------------------------------------------------------------
+# a key given twice
+# --------------------------------------------------------------------------------------------------
+
+#: Config files that give one key twice in one mapping, at each depth, with (key, first line, second line).
+DUPLICATE_KEYS = {
+    "section": (
+        "chunking:\n  max_tokens: 256\noutput:\n  shards: 2\nchunking:\n  strategy: sections\n",
+        "chunking",
+        1,
+        5,
+    ),
+    "chunking-setting": (
+        "chunking:\n  max_tokens: 256\n  strategy: headings\n  max_tokens: 1024\n",
+        "max_tokens",
+        2,
+        4,
+    ),
+    "strategy-parameter": (
+        "chunking:\n  headings:\n    max_heading_level: 2\n    min_heading_level: 1\n    max_heading_level: 3\n",
+        "max_heading_level",
+        3,
+        5,
+    ),
+    "storage-option": (
+        f"output:\n  storage_options:\n    key: {SECRET}\n    anon: false\n    key: other\n",
+        "key",
+        3,
+        5,
+    ),
+    "quoted-and-plain": ("chunking:\n  'max_tokens': 256\n  \"max_tokens\": 512\n", "max_tokens", 2, 3),
+    "flow-mapping": ("chunking: {max_tokens: 256, overlap_tokens: 0, max_tokens: 512}\n", "max_tokens", 1, 1),
+    "mapping-in-a-list": ("input:\n  paths:\n    - {url: a, url: b}\n", "url", 3, 3),
+}
+
+
+@pytest.mark.parametrize(("text", "key", "first", "second"), DUPLICATE_KEYS.values(), ids=DUPLICATE_KEYS.keys())
+def test_a_key_given_twice_in_a_config_file_is_refused_naming_it_and_both_lines(tmp_path, text, key, first, second):
+    path = tmp_path / "chunkline.yaml"
+    path.write_text(text, encoding="utf-8")
+    expected = f"{path}: the key {key!r} is given twice in one mapping (lines {first} and {second}); keep one"
+    for load in (
+        lambda: read_yaml_mapping(path),
+        lambda: load_chunk_config(path, environ={}),
+        lambda: run_config(config_file=path),
+    ):
+        with pytest.raises(ConfigError) as raised:
+            load()
+        assert str(raised.value) == expected
+        assert SECRET not in str(raised.value)
+
+
+def test_a_key_a_merge_brings_in_may_be_overridden(tmp_path):
+    path = tmp_path / "chunkline.yaml"
+    path.write_text("chunking:\n  <<: {max_tokens: 128, overlap_tokens: 8}\n  max_tokens: 256\n", encoding="utf-8")
+    assert load_chunk_config(path, environ={}) == ChunkConfig(max_tokens=256, overlap_tokens=8)
+
+
+def test_a_key_given_twice_in_a_storage_options_set_is_refused_without_its_value():
+    with pytest.raises(ConfigError) as raised:
+        run_config(f"output.storage_options={{key: {SECRET}, key: other}}")
+    assert str(raised.value) == "output.storage_options: the key 'key' is given twice; keep one"

@@ -32,7 +32,7 @@ from chunkline.encode_ahead import start_encoding
 from chunkline.engine import chunk_document
 from chunkline.schemas import FrontMatterColumn, table_schemas
 from chunkline.structure import parse_markdown
-from chunkline.tokenizers import counter_for
+from chunkline.tokenizers import counter_for, is_rust_panic
 
 __all__ = ["CHUNKS", "DOCUMENTS", "ERRORS", "ConvertedRows", "DocumentChunker", "DocumentRows"]
 
@@ -261,12 +261,15 @@ class _Problem(Exception):
 @contextmanager
 def _failures_as_problems(stage: str, what_failed: str | None = None) -> Iterator[None]:
     """Any exception in the block becomes a :class:`_Problem` of ``stage``: the error's type, and its
-    message on one line, after ``what_failed`` when given (a strategy's errors speak for themselves)."""
+    message on one line, after ``what_failed`` when given (a strategy's errors speak for themselves). So
+    does a Rust extension's panic (a ``BaseException``); an interrupt or exit request is not caught."""
     try:
         yield
     except _Problem:
         raise
-    except Exception as error:
+    except BaseException as error:
+        if not isinstance(error, Exception) and not is_rust_panic(error):
+            raise
         detail = " ".join(str(error).split()) or type(error).__name__
         message = f"{what_failed}: {detail}" if what_failed else detail
         raise _Problem(stage, type(error).__name__, message) from None

@@ -35,7 +35,7 @@ from chunkline.evaluation.retrieval import (
     take_within_budget,
 )
 from chunkline.record import Chunk
-from chunkline.tokenizers import counter_for
+from chunkline.tokenizers import TokenizerFailedError, counter_for
 
 __all__ = [
     "BUDGET_TOKENIZER",
@@ -161,16 +161,22 @@ def chunk_corpus(corpus: Corpus, config: ChunkConfig) -> list[Chunk]:
     counter = counter_for(config)
     chunks: list[Chunk] = []
     for document in corpus.documents.values():
-        chunks.extend(
-            chunk_document(
-                document.document,
-                config,
-                counter,
-                doc_id=document.doc_id,
-                source_uri=document.source_uri,
-                replaced_bytes=document.replaced_bytes,
+        try:
+            chunks.extend(
+                chunk_document(
+                    document.document,
+                    config,
+                    counter,
+                    doc_id=document.doc_id,
+                    source_uri=document.source_uri,
+                    replaced_bytes=document.replaced_bytes,
+                )
             )
-        )
+        except TokenizerFailedError as error:
+            # Configs are compared on the same documents: one that cannot chunk a document is not comparable.
+            raise EvaluationError(
+                f"{document.doc_id}: {error}; leave it out of the corpus or fix the tokenizer"
+            ) from None
     return chunks
 
 

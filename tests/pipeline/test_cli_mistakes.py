@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_hostile_tokenizers import PANICKING, byte_level, save
 
 from chunkline.pipelines import cli
 from chunkline.pipelines.beam_options import BeamOptions
@@ -166,11 +167,14 @@ def test_config_file_mistakes_exit_2_naming_the_file(docs, tmp_path, capsys):
     latin1.write_bytes("chunking:\n  strategy: t\xeate\n".encode("latin-1"))
     listing = tmp_path / "list.yaml"
     listing.write_text("- chunking\n", encoding="utf-8")
+    twice = tmp_path / "twice.yaml"
+    twice.write_text("chunking:\n  max_tokens: 256\n  headings:\n    max_heading_level: 2\n  max_tokens: 1024\n")
     cases = {
         tmp_path / "missing.yaml": "does not exist; check the --config path",
         tmp_path: "is a folder; --config takes a YAML file",
         latin1: "is not UTF-8 text (byte 23); save it as UTF-8",
         listing: "expected a mapping at the top level, found list",
+        twice: "the key 'max_tokens' is given twice in one mapping (lines 2 and 5); keep one",
     }
     for path, message in cases.items():
         for command in (["run", str(docs), "--output", str(tmp_path / "out")], ["chunk", str(docs)], ["inspect", "x"]):
@@ -251,6 +255,37 @@ def test_a_tokenizer_file_that_cannot_be_one_is_refused_without_reading_it(
         assert main([*command, *settings]) == 2
         assert message in error_line(capsys)
     assert not (tmp_path / "out").exists()
+
+
+def test_special_tokens_that_fill_max_tokens_exit_2_naming_the_tokenizer_and_the_figures(docs, tmp_path, capsys):
+    """A post-processor that adds 8 special tokens to every count, and max_tokens 8: every chunk would be
+    one character over the limit, so the config is refused before any work."""
+    tokenizer_file = save(byte_level(8), tmp_path, "eight-special-tokens")
+    settings = ["--set", "tokenizer=huggingface", "--set", f"tokenizer_file={tokenizer_file}"]
+    settings += ["--set", "count_special_tokens=true", "--set", "max_tokens=8", "--set", "overlap_tokens=0"]
+    for command in (["run", str(docs), "--output", str(tmp_path / "out")], ["chunk", str(docs)]):
+        assert main([*command, *settings]) == 2
+        assert error_line(capsys) == (
+            f"chunkline: error: chunking.tokenizer_file {tokenizer_file}: its post-processor adds 8 special "
+            "tokens to every count (count_special_tokens: true), which leaves 0 of chunking.max_tokens 8 for "
+            "text, and one character can take 4: set max_tokens to at least 12, or count_special_tokens: false"
+        )
+    assert not (tmp_path / "out").exists()
+
+
+def test_chunk_reports_a_file_the_tokenizer_fails_on_and_shows_the_others(docs, tmp_path, capsys):
+    build, trigger = PANICKING["split-nested-quantifier"]
+    tokenizer_file = save(build(), tmp_path, "split-nested-quantifier")
+    runs = write_files(tmp_path / "more", {"runs.md": f"# Runs\n\n{trigger}\n".encode()}) / "runs.md"
+    settings = ["--set", "tokenizer=huggingface", "--set", f"tokenizer_file={tokenizer_file}"]
+    assert main(["chunk", str(runs), str(docs / "guide.md"), *settings]) == 1
+    captured = capsys.readouterr()
+    assert captured.err.splitlines() == [
+        f"chunkline: {runs.as_posix()}: the Hugging Face tokenizer {tokenizer_file} failed on this text (Onig: "
+        "Regex search error: retry-limit-in-match over); its normalizer or pre-tokenizer cannot handle it; skipped"
+    ]
+    assert f"== {(docs / 'guide.md').as_posix()}: " in captured.out
+    assert "1 file(s), " in captured.out and "1 file(s) could not be read or chunked" in captured.out
 
 
 def test_chunk_skips_a_file_that_is_not_regular(capsys):

@@ -16,6 +16,7 @@ from hostile_corpus import front_matter_billion_laughs, front_matter_odd_keys, f
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_front_matter import yaml_front_matter
+from test_hostile_tokenizers import PANICKING, save
 
 import chunkline.dataset.document_rows as document_rows_module
 import chunkline.registry as registry_module
@@ -200,3 +201,57 @@ def test_a_failure_after_chunking_leaves_no_chunk_rows_and_a_clean_error_documen
     assert document_row["encoding"] == "utf-8"
     assert (error_row["stage"], error_row["error_type"]) == ("chunk", "KeyError")
     assert error_row["message"] == "its rows could not be built: 'front_matter'"
+
+
+# --------------------------------------------------------------------------------------------------
+# The tokenizer
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "workers",
+    [
+        pytest.param((), id="in-process"),
+        pytest.param(("--set", "run.workers=2"), id="worker-processes", marks=pytest.mark.slow),
+    ],
+)
+def test_a_tokenizer_that_panics_on_one_document_is_that_documents_error_row(tmp_path, workers):
+    """A valid tokenizer.json whose Split pre-tokenizer regex ``(a+)+b`` meets a run of 36 ``a``: the
+    regex engine gives up and the Rust code panics (a ``BaseException``, which ``except Exception`` misses)."""
+    build, trigger = PANICKING["split-nested-quantifier"]
+    tokenizer_file = save(build(), tmp_path, "split-nested-quantifier")
+    files = {**CORPUS, "runs.md": f"# Runs\n\nA run of the letter a:\n\n{trigger}\n".encode()}
+    corpus = write_files(tmp_path / "corpus", files)
+    output = tmp_path / "out"
+    settings = ["--set", "tokenizer=huggingface", "--set", f"tokenizer_file={tokenizer_file}", *workers]
+    assert run_cli(corpus, output, *settings) == 0
+    assert_one_documents_row_each_and_the_rest_chunked(files, output, {"runs.md": ("chunk", "TokenizerFailedError")})
+    assert documents(output)["runs.md"]["message"] == (
+        f"the Hugging Face tokenizer {tokenizer_file} failed on this text (Onig: Regex search error: "
+        "retry-limit-in-match over); its normalizer or pre-tokenizer cannot handle it"
+    )
+
+
+def test_a_rust_panic_in_the_parser_is_that_documents_error_row(tmp_path, monkeypatch):
+    """The fast parser is a Rust extension too: a panic there (pyo3's ``BaseException``) is one document's
+    error, as any exception of the parser is."""
+    build, trigger = PANICKING["split-nested-quantifier"]
+    try:
+        build().encode(trigger)
+    except BaseException as error:  # the real pyo3 PanicException class, raised by Rust code
+        panic = error
+    real_parse = document_rows_module.parse_markdown
+
+    def parse_or_panic(text, parser):
+        if "Quick start" in text:
+            raise panic
+        return real_parse(text, parser)
+
+    monkeypatch.setattr(document_rows_module, "parse_markdown", parse_or_panic)
+    corpus = write_files(tmp_path / "corpus", CORPUS)
+    output = tmp_path / "out"
+    assert run_cli(corpus, output) == 0
+    assert_one_documents_row_each_and_the_rest_chunked(CORPUS, output, {"README.md": ("parse", "PanicException")})
+    assert documents(output)["README.md"]["message"] == (
+        "markdown could not be parsed: Onig: Regex search error: retry-limit-in-match over"
+    )
