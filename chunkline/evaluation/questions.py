@@ -232,6 +232,13 @@ def _question_text(value: Any, where: str) -> str:
         raise QuestionsFileError(
             f"{where}: the question is {len(value):,} characters, over the {MAX_QUESTION_CHARS:,} a question can have"
         )
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as error:  # a lone JSON \ud800 escape: no character, and no tokenizer takes it
+        raise QuestionsFileError(
+            f"{where}: the question holds {value[error.start]!r} at character {error.start}, half of a surrogate "
+            "pair, which is not text"
+        ) from None
     return value
 
 
