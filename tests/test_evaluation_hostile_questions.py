@@ -202,7 +202,7 @@ def test_a_hostile_questions_file_is_read_or_refused_in_one_line(tmp_path, label
     _assert_one_line_naming(str(raised.value), path, expected)
 
 
-def _special_files(tmp_path: Path) -> dict[str, tuple[Path, str]]:
+def _special_files(tmp_path: Path) -> dict[str, tuple[Path | str, str]]:
     """Paths that are no regular file (or no file at all), and what their refusal says."""
     fifo = tmp_path / "fifo.jsonl"
     os.mkfifo(fifo)
@@ -226,6 +226,8 @@ def _special_files(tmp_path: Path) -> dict[str, tuple[Path, str]]:
         "dev_null": (Path("/dev/null"), "not a regular file"),
         "dev_urandom": (Path("/dev/urandom"), "not a regular file"),
         "absent": (tmp_path / "absent.csv", "no such file"),
+        "fifo_as_a_file_url": (f"file://{fifo}", "not a regular file (other)"),
+        "folder_as_a_file_url": (f"file://{folder}", "a folder, not a file"),
     }
 
 
@@ -239,6 +241,8 @@ SPECIAL = [
     "dev_null",
     "dev_urandom",
     "absent",
+    "fifo_as_a_file_url",
+    "folder_as_a_file_url",
 ]
 
 

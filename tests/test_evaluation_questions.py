@@ -273,3 +273,23 @@ def test_a_column_named_twice_in_the_header_is_refused(tmp_path, column):
     path = tmp_path / "questions.csv"
     path.write_text(",".join(columns) + '\nWhy?,"[{""start_index"": 0, ""end_index"": 1}]",a,other\n')
     assert _one_error(path) == f"questions file {path}: the column {column} appears 2 times in the header; keep one"
+
+
+def test_a_storage_that_refuses_or_a_protocol_fsspec_lacks_is_one_line_naming_the_file():
+    import fsspec
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    class RefusingFileSystem(MemoryFileSystem):
+        protocol = "refusing"
+
+        def info(self, path, **kwargs):
+            raise RuntimeError("403 Forbidden\n<Error><Code>AccessDenied</Code></Error>")
+
+    fsspec.register_implementation("refusing", RefusingFileSystem, clobber=True)
+    with pytest.raises(QuestionsFileError) as raised:
+        load_questions("refusing://bucket/questions.jsonl")
+    assert str(raised.value) == (
+        "questions file refusing://bucket/questions.jsonl: cannot be read (RuntimeError: 403 Forbidden)"
+    )
+    with pytest.raises(QuestionsFileError, match=r"^questions file nosuch://x/q.csv: Protocol not known: nosuch$"):
+        load_questions("nosuch://x/q.csv")

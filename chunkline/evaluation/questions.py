@@ -91,8 +91,14 @@ def load_questions(path: str, *, storage_options: dict | None = None) -> list[Qu
         raise QuestionsFileError(
             f"questions file {path}: {'a folder, not a file' if problem == 'a folder' else problem}"
         ) from None
-    except OSError as error:
-        raise QuestionsFileError(f"questions file {path}: cannot be read ({error.strerror or error})") from None
+    except (OSError, ImportError) as error:  # ImportError: the fsspec package of the URL's protocol is missing
+        why = getattr(error, "strerror", None) or error
+        raise QuestionsFileError(f"questions file {path}: cannot be read ({why})") from None
+    except Exception as error:  # a storage's own error (no credentials, a refused request), in one line
+        first_line = (str(error).strip().splitlines() or [""])[0]
+        raise QuestionsFileError(
+            f"questions file {path}: cannot be read ({type(error).__name__}: {first_line})"
+        ) from None
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as error:
