@@ -79,6 +79,10 @@ JSON_CASES: dict[str, tuple[Callable[[], bytes], list[str] | str]] = {
         lambda: _jsonl("Tides?", reference={**REFERENCE, "end_char": len(PASSAGE), "content": PASSAGE}),
         ["Tides?"],
     ),
+    "doc_id_of_300_000_characters": (
+        lambda: _jsonl("Tides?", reference={**REFERENCE, "doc_id": "a" * 300_000 + ".md"}),
+        "row 1, reference 1: doc_id is 300,003 characters, longer than any path (4,096)",
+    ),
     "references_nested_100_000_deep": (
         lambda: _row_text('{"question": "q", "references": ' + DEEP + "}"),
         "row 2: the row is JSON nested deeper",
@@ -141,6 +145,10 @@ CSV_CASES: dict[str, tuple[Callable[[], bytes], list[str] | str]] = {
     ),
     "question_over_the_length_limit": (lambda: _csv("Tides?", LONG_QUESTION), "row 2: the question is 4,900"),
     "field_of_300_000_characters": (lambda: _csv("Tides?", LONG_PASSAGE), "row 2: "),
+    "corpus_id_of_100_000_characters": (
+        lambda: _csv("Tides?").replace(b",a\r\n", b"," + b"a" * 100_000 + b"\r\n"),
+        "row 1: corpus_id is 100,000 characters, longer than any path (4,096)",
+    ),
     "references_nested_60_000_deep": (
         lambda: _csv("Tides?").replace(
             CSV_REFERENCES.replace('"', '""').encode(), ("[" * 60_000 + "]" * 60_000).encode()

@@ -15,12 +15,14 @@ reference may carry its ``content``; its length must then be the range's. A bad 
 :class:`QuestionsFileError` naming the file, the row and what is wrong with it.
 
 Bounds: the file is a regular file of at most :data:`MAX_QUESTIONS_FILE_BYTES` (a FIFO or a device is
-refused before it is opened); a question has at most :data:`MAX_QUESTION_CHARS` characters (the embedder's
-memory grows with the longest question); a JSON Lines row ends at ``\n`` only (a trailing ``\r`` is
-dropped; U+2028 or U+0085 inside a string is text); a key or a CSV column that appears twice is refused, as
-are JSON nested deeper than Python's parser goes and numbers of more digits than Python converts. A CSV
-field is read up to Python's ``csv.field_size_limit()`` (131,072 characters unless the program raised it;
-``chunkline evaluate`` raises it to :data:`MAX_CSV_FIELD_CHARS`, so a long passage in ``references`` reads).
+refused before it is opened). A question has at most :data:`MAX_QUESTION_CHARS` characters (the embedder's
+memory grows with the longest question) and no half of a surrogate pair (a lone ``\\ud800`` escape); a doc
+id or ``corpus_id`` at most :data:`MAX_DOC_ID_CHARS`. A JSON Lines row ends at a line feed only (a carriage
+return before it is dropped; U+2028 or U+0085 inside a string is text). A key or a CSV column that appears
+twice is refused, as are JSON nested deeper than Python's parser goes and numbers of more digits than Python
+converts. A CSV field is read up to Python's ``csv.field_size_limit()`` (131,072 characters unless the
+program raised it; ``chunkline evaluate`` raises it to :data:`MAX_CSV_FIELD_CHARS`, so that a long passage
+in ``references`` is read).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from typing import Any
 
 __all__ = [
     "MAX_CSV_FIELD_CHARS",
+    "MAX_DOC_ID_CHARS",
     "MAX_QUESTION_CHARS",
     "MAX_QUESTIONS_FILE_BYTES",
     "ReferenceSpan",
@@ -50,6 +53,9 @@ MAX_QUESTIONS_FILE_BYTES = 256 * 2**20
 #: The longest question, in characters (about 1,000 words): longer text is a passage, not a question, and
 #: the embedder holds one 1 KB vector per token of the longest question of a batch.
 MAX_QUESTION_CHARS = 4_000
+
+#: The longest doc id (or CSV ``corpus_id``), in characters: a path no file system holds is longer.
+MAX_DOC_ID_CHARS = 4_096
 
 #: The CSV field limit ``chunkline evaluate`` reads with: a reference's ``content`` may be a whole document
 #: (``chunkline run`` reads files of up to 50 MB by default), escaped as JSON inside the field.
@@ -199,6 +205,7 @@ def _csv_questions(text: str, name: str) -> Iterator[Question]:
         corpus_id = row["corpus_id"].strip()
         if not corpus_id:
             raise QuestionsFileError(f"{where}: corpus_id is empty")
+        _check_doc_id_length(corpus_id, where, "corpus_id")
         question = _question_text(row["question"], where)
         references = _json_value(row["references"], where, "references", "references is not JSON")
         yield Question(
@@ -267,6 +274,7 @@ def _references(
             document = reference.get("doc_id")
             if not isinstance(document, str) or not document:
                 raise QuestionsFileError(f"{at}: no doc_id")
+            _check_doc_id_length(document, at, "doc_id")
         start, end = reference.get(start_key), reference.get(end_key)
         for key, offset in ((start_key, start), (end_key, end)):
             if offset is None:
@@ -281,6 +289,13 @@ def _references(
             raise QuestionsFileError(f"{at}: content is {length}, but the range {start}..{end} has {end - start}")
         spans.append(ReferenceSpan(document, start, end))
     return tuple(spans)
+
+
+def _check_doc_id_length(doc_id: str, where: str, key: str) -> None:
+    if len(doc_id) > MAX_DOC_ID_CHARS:
+        raise QuestionsFileError(
+            f"{where}: {key} is {len(doc_id):,} characters, longer than any path ({MAX_DOC_ID_CHARS:,})"
+        )
 
 
 def _kind(value: Any) -> str:
