@@ -123,7 +123,10 @@ JSON_CASES: dict[str, tuple[Callable[[], bytes], list[str] | str]] = {
     "png_bytes": (lambda: b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "not UTF-8 (byte 0)"),
     "latin_1_question": (lambda: _jsonl("Caf\u00e9?").replace("é".encode(), b"\xe9"), "not UTF-8 (byte 17)"),
     "utf_16_with_its_byte_order_mark": (lambda: _jsonl("Tides?").decode().encode("utf-16"), "not UTF-8 (byte 0)"),
-    "a_json_array_not_lines": (lambda: b'[{"question": "q"}]\n', "row 1: not a JSON object but a list"),
+    "a_json_array_not_lines": (
+        lambda: b'[{"question": "q"}]\n',
+        "row 1: not a JSON object but a list (a JSON questions file holds one object per line",
+    ),
 }
 
 #: CSV files, in the same form.

@@ -224,7 +224,10 @@ def _jsonl_questions(text: str, name: str) -> Iterator[Question]:
         where = f"questions file {name}, row {line_number}"
         record = _json_value(line, where, "the row", "not a JSON object")
         if not isinstance(record, dict):
-            raise QuestionsFileError(f"{where}: not a JSON object but {_kind(record)}")
+            raise QuestionsFileError(
+                f"{where}: not a JSON object but {_kind(record)} (a JSON questions file holds one object per line, "
+                "JSON Lines)"
+            )
         unknown = sorted(set(record) - {"question", "references"})
         if unknown:
             raise QuestionsFileError(f"{where}: unknown key {unknown[0]!r} (a row has question and references)")
