@@ -54,6 +54,7 @@ __all__ = [
     "check_counter_loads",
     "load_encoding",
     "available_encodings",
+    "read_regular_file",
 ]
 
 
@@ -172,9 +173,11 @@ def _bundled_rank_files() -> Iterator[Path]:
 MAX_TOKENIZER_FILE_BYTES = 64 * 2**20
 
 
-def _read_configured_file(url: str) -> bytes:
-    """The bytes of a configured rank file: a regular file of at most :data:`MAX_TOKENIZER_FILE_BYTES`
-    (``/dev/zero`` or a FIFO would be read until memory runs out)."""
+def read_regular_file(url: str, max_bytes: int, what: str, storage_options: dict | None = None) -> bytes:
+    """The bytes of the regular file at ``url`` (a local path or any fsspec URL), at most ``max_bytes`` of
+    them: anything else (a folder, a FIFO, ``/dev/zero``, a socket) raises ValueError saying what it is
+    before it is opened, since opening a FIFO blocks and reading a device never ends. ``what`` names the
+    file in the size message ("a rank file")."""
     if "://" not in url and "::" not in url:
         path = Path(os.path.expanduser(url))
         if not path.is_file():
@@ -185,24 +188,25 @@ def _read_configured_file(url: str) -> bytes:
     else:
         from fsspec.core import url_to_fs  # only for configured remote files
 
-        fs, remote_path = url_to_fs(url)
+        fs, remote_path = url_to_fs(url, **(storage_options or {}))
         try:
             info = fs.info(remote_path)
         except FileNotFoundError:
             raise ValueError("no such file") from None
         if info.get("type") != "file":
-            raise ValueError(f"not a file ({info.get('type')})")
+            kind = info.get("type")
+            raise ValueError("a folder" if kind == "directory" else f"not a regular file ({kind})")
         size = info.get("size") or 0
 
         def opener(mode: str):
             return fs.open(remote_path, mode)
 
-    if size > MAX_TOKENIZER_FILE_BYTES:
-        raise ValueError(f"{size:,} bytes, over the {MAX_TOKENIZER_FILE_BYTES // 2**20} MB a rank file can have")
+    if size > max_bytes:
+        raise ValueError(f"{size:,} bytes, over the {max_bytes // 2**20} MB {what} can have")
     with opener("rb") as handle:
-        contents = handle.read(MAX_TOKENIZER_FILE_BYTES + 1)
-    if len(contents) > MAX_TOKENIZER_FILE_BYTES:  # it grew while it was read
-        raise ValueError(f"over the {MAX_TOKENIZER_FILE_BYTES // 2**20} MB a rank file can have")
+        contents = handle.read(max_bytes + 1)
+    if len(contents) > max_bytes:  # it grew while it was read
+        raise ValueError(f"over the {max_bytes // 2**20} MB {what} can have")
     return contents
 
 
@@ -230,7 +234,7 @@ class _OfflineRankLoader:
         file_name = blobpath.rsplit("/", 1)[-1]
         if self.configured_file:
             try:
-                contents = _read_configured_file(self.configured_file)
+                contents = read_regular_file(self.configured_file, MAX_TOKENIZER_FILE_BYTES, "a rank file")
             except (OSError, ValueError, ImportError) as error:
                 raise TokenizerUnavailableError(
                     f"chunking.tokenizer_file {self.configured_file!r} for encoding {self.encoding_name!r} "
@@ -422,7 +426,7 @@ def _load_huggingface(tokenizer_file: str | None, sha256: str | None, count_spec
             "model's tokenizer.json (chunkline does not download it)"
         )
     try:
-        contents = _read_configured_file(tokenizer_file)
+        contents = read_regular_file(tokenizer_file, MAX_TOKENIZER_FILE_BYTES, "a rank file")
     except (OSError, ValueError, ImportError) as error:
         raise TokenizerUnavailableError(
             f"chunking.tokenizer_file {tokenizer_file!r} cannot be read: {error}; point it at the model's "

@@ -30,6 +30,7 @@ error.
 from __future__ import annotations
 
 import argparse
+import csv
 import gc
 import json
 import logging
@@ -559,11 +560,14 @@ def _evaluate_command(arguments: argparse.Namespace) -> int:
         load_named_configs,
         require_retrievers,
     )
-    from chunkline.evaluation.questions import QuestionsFileError, load_questions
+    from chunkline.evaluation.questions import MAX_CSV_FIELD_CHARS, QuestionsFileError, load_questions
     from chunkline.evaluation.retrieval import EvaluationExtraMissingError
     from chunkline.tokenizers import counter_for
 
     started = time.perf_counter()
+    # A long passage in a Chroma CSV's references is one field, over the 128 KB Python's csv reads by
+    # default: a process-wide setting, so this command raises it, not the library.
+    csv.field_size_limit(max(csv.field_size_limit(), MAX_CSV_FIELD_CHARS))
     input_config = load_input_config(arguments.corpus, arguments.overrides)
     arguments.secrets = tuple(storage_secrets(input_config.storage_options))
     configs = load_named_configs(arguments.configs, arguments.overrides)

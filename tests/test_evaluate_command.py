@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import csv
 import json
+import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -357,3 +360,106 @@ def test_the_same_corpus_and_questions_give_the_same_output(capsys, tmp_path):
     assert first[0] == second[0] == 0
     assert first[1] == second[1]
     assert [row["retriever"] for row in json.loads(first[1])["results"]] == ["embedding", "bm25"]
+
+
+def test_a_long_passage_in_a_chroma_csv_is_read(capsys, tmp_path):
+    """Python's csv reads fields of up to 128 KB by default; a reference's content may be a whole document."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    passage = "The tide gauge is zeroed against chart datum at slack water. " * 3_000  # 183,000 characters
+    (corpus / "gauge.md").write_text(passage, encoding="utf-8")
+    questions = tmp_path / "questions_df.csv"
+    with questions.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["question", "references", "corpus_id"])
+        reference = {"content": passage, "start_index": 0, "end_index": len(passage)}
+        writer.writerow(["How is the gauge zeroed?", json.dumps([reference]), "gauge"])
+    default_limit = csv.field_size_limit(131_072)
+    try:
+        status, out, err = _run(
+            capsys, str(corpus), "--questions", str(questions), "--retriever", "bm25", "--format", "json"
+        )
+    finally:
+        csv.field_size_limit(default_limit)
+    assert status == 0, err
+    assert json.loads(out)["questions"] == 1
+
+
+@pytest.mark.timeout(60)
+def test_a_fifo_as_the_questions_file_is_refused_at_once(capsys, tmp_path):
+    corpus, _ = _tiny_case(tmp_path)
+    fifo = tmp_path / "pipe.jsonl"
+    os.mkfifo(fifo)
+    message = _one_line_error(*_run(capsys, str(corpus), "--questions", str(fifo))[::2])
+    assert message == f"chunkline: error: questions file {fifo}: not a regular file"
+
+
+@pytest.mark.parametrize(
+    "row, problem",
+    [
+        ({"question": "Where? " * 600}, "row 1: the question is 4,200 characters, over the 4,000 a question can have"),
+        ('{"question": "q", "references": ' + "[" * 100_000 + "]" * 100_000 + "}", "row 1: the row is JSON nested"),
+        ('{"question": "q", "references": [{"start_char": 1' + "0" * 5_000 + "}]}", "row 1: the row holds a number"),
+    ],
+)
+def test_question_file_rows_python_cannot_take_are_named_with_the_question_file_errors_exit(
+    capsys, tmp_path, row, problem
+):
+    corpus, _ = _tiny_case(tmp_path)
+    questions = tmp_path / "hostile.jsonl"
+    if isinstance(row, dict):
+        row = json.dumps({**row, "references": [{"doc_id": "a.md", "start_char": 0, "end_char": 5}]})
+    questions.write_text(row + "\n", encoding="utf-8")
+    message = _one_line_error(*_run(capsys, str(corpus), "--questions", str(questions))[::2])
+    assert f"questions file {questions}, {problem}" in message
+
+
+def _peak_rss_mb(tmp_path: Path, *arguments: str) -> tuple[int, float, str]:
+    """Exit status, peak resident memory (MB) and stderr of ``chunkline evaluate`` in a process of its own."""
+    script = (
+        "import resource, sys\n"
+        "from chunkline.pipelines.cli import main\n"
+        "status = main(['evaluate', *sys.argv[1:]])\n"
+        "print('peak_rss_kb', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n"
+        "sys.exit(status)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, *arguments], capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
+    peak = re.search(r"peak_rss_kb (\d+)", done.stderr)
+    assert peak, done.stderr
+    return done.returncode, int(peak.group(1)) / 1024, done.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_19_mb_question_is_refused_without_the_memory_it_would_take_to_embed(tmp_path):
+    """Embedded, a 19 MB question took 6.6 GB: it is refused with the model loaded, near its baseline."""
+    corpus, _ = _tiny_case(tmp_path)
+    questions = tmp_path / "huge.jsonl"
+    reference = [{"doc_id": "a.md", "start_char": 0, "end_char": 5}]
+    questions.write_text(json.dumps({"question": "tide " * 3_800_000, "references": reference}) + "\n")
+    status, peak_mb, err = _peak_rss_mb(tmp_path, str(corpus), "--questions", str(questions))
+    assert status == 2, err
+    assert "row 1: the question is 19,000,000 characters" in err
+    assert peak_mb < 700, f"peak {peak_mb:.0f} MB"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_questions_at_the_length_limit_in_rare_characters_embed_in_bounded_memory(tmp_path):
+    """64 questions of 4,000 characters that each take several tokens: padded into one batch they took
+    2.4 GB; the embedder's batches are bounded in characters."""
+    corpus, _ = _tiny_case(tmp_path)
+    questions = tmp_path / "rare.jsonl"
+    reference = [{"doc_id": "a.md", "start_char": 0, "end_char": 5}]
+    rows = [
+        {"question": "".join(chr(0x1F300 + (number * 7 + i) % 0x700) for i in range(4_000)), "references": reference}
+        for number in range(64)
+    ]
+    questions.write_text("\n".join(json.dumps(row, ensure_ascii=False) for row in rows) + "\n", encoding="utf-8")
+    status, peak_mb, err = _peak_rss_mb(
+        tmp_path, str(corpus), "--questions", str(questions), "--retriever", "embedding", "--format", "json"
+    )
+    assert status == 0, err
+    assert peak_mb < 800, f"peak {peak_mb:.0f} MB"

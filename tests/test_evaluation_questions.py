@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import csv
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 from chunkline.evaluation.questions import (
+    MAX_CSV_FIELD_CHARS,
+    MAX_QUESTION_CHARS,
     Question,
     QuestionsFileError,
     ReferenceSpan,
@@ -164,3 +168,128 @@ def test_a_byte_order_mark_before_the_header_is_not_part_of_it(tmp_path):
     path = tmp_path / "questions.csv"
     path.write_bytes(b"\xef\xbb\xbf" + CHROMA_CSV.read_bytes())
     assert load_questions(str(path)) == load_questions(str(CHROMA_CSV))
+
+
+GOOD_ROW = '{"question": "q", "references": [{"doc_id": "a.md", "start_char": 0, "end_char": 1}]}'
+
+
+def _one_error(path: Path) -> str:
+    with pytest.raises(QuestionsFileError) as raised:
+        load_questions(str(path))
+    message = str(raised.value)
+    assert str(path) in message and "\n" not in message
+    return message
+
+
+@pytest.mark.timeout(20)
+def test_a_fifo_is_refused_before_it_is_opened(tmp_path):
+    """Opening a FIFO for reading waits for a writer: the read must not start at all."""
+    fifo = tmp_path / "questions.jsonl"
+    os.mkfifo(fifo)
+    assert _one_error(fifo) == f"questions file {fifo}: not a regular file"
+
+
+@pytest.mark.timeout(20)
+def test_a_device_is_refused_before_it_is_read():
+    assert _one_error(Path("/dev/zero")) == "questions file /dev/zero: not a regular file"
+
+
+def test_a_question_at_the_length_limit_is_read_and_one_past_it_is_refused(tmp_path):
+    at_limit = "Where? " + "x" * (MAX_QUESTION_CHARS - len("Where? "))
+    path = tmp_path / "questions.jsonl"
+    row = {"question": at_limit, "references": [{"doc_id": "a.md", "start_char": 0, "end_char": 1}]}
+    path.write_text(GOOD_ROW + "\n" + json.dumps(row) + "\n", encoding="utf-8")
+    assert load_questions(str(path))[1].question == at_limit
+    row["question"] += "?"
+    path.write_text(GOOD_ROW + "\n" + json.dumps(row) + "\n", encoding="utf-8")
+    assert f"row 2: the question is {MAX_QUESTION_CHARS + 1:,} characters, over the 4,000" in _one_error(path)
+    csv_path = tmp_path / "questions.csv"
+    csv_path.write_text(_csv_row([{"start_index": 0, "end_index": 6}], question=row["question"]), encoding="utf-8")
+    assert "row 1: the question is 4,001 characters" in _one_error(csv_path)
+
+
+@pytest.mark.parametrize("separator", ["\u2028", "\u2029", "\x85"])
+def test_a_json_lines_row_holds_unicode_line_separators_inside_its_strings(tmp_path, separator):
+    """Only \\n ends a row: U+2028, U+0085 and the other characters str.splitlines splits at are text."""
+    path = tmp_path / "questions.jsonl"
+    question = f"Where is{separator}the gauge?"
+    row = {"question": question, "references": [{"doc_id": "a.md", "start_char": 0, "end_char": 1}]}
+    path.write_text(json.dumps(row, ensure_ascii=False) + "\r\n" + GOOD_ROW + "\r\n", encoding="utf-8")
+    assert [q.question for q in load_questions(str(path))] == [question, "q"]
+
+
+def test_a_csv_field_over_pythons_field_limit_names_the_row(tmp_path):
+    """The library leaves csv's process-wide limit as the program set it, and says which row is over it."""
+    passage = "Tides rise and fall. " * 8_000  # 168,000 characters
+    path = tmp_path / "questions.csv"
+    path.write_text(
+        _csv_row([{"start_index": 0, "end_index": 6}])
+        + _csv_row([{"content": passage, "start_index": 0, "end_index": len(passage)}]).split("\r\n", 1)[1],
+        encoding="utf-8",
+    )
+    limit = csv.field_size_limit(131_072)
+    try:
+        assert "row 2: a field over 131,072 characters, the most Python's csv reader takes" in _one_error(path)
+        csv.field_size_limit(MAX_CSV_FIELD_CHARS)
+        assert load_questions(str(path))[1].references == (ReferenceSpan("tides.md", 0, len(passage)),)
+    finally:
+        csv.field_size_limit(limit)
+
+
+@pytest.mark.parametrize(
+    "references, problem",
+    [
+        ("[" * 60_000 + "]" * 60_000, "references is JSON nested deeper than Python's parser reads"),
+        ('[{"start_index": 0, "end_index": 1' + "0" * 5_000 + "}]", "references holds a number of more than 4,300"),
+        ('[{"start_index": 0, "start_index": 1, "end_index": 5}]', "references has the key 'start_index' twice"),
+    ],
+)
+def test_hostile_json_in_a_csv_references_field_names_the_row(tmp_path, references, problem):
+    path = tmp_path / "questions.csv"
+    path.write_text(
+        _csv_row([{"start_index": 0, "end_index": 6}]) + f'Why?,"{references.replace(chr(34), 2 * chr(34))}",a\n'
+    )
+    assert f"questions file {path}, row 2: {problem}" in _one_error(path)
+
+
+@pytest.mark.parametrize(
+    "line, problem",
+    [
+        ('{"question": "q", "references": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested deeper than Python's"),
+        ('{"question": "q", "references": [{"doc_id": "a.md", "start_char": 1' + "0" * 5_000 + "}]}", "4,300 digits"),
+        ('{"question": "q", "question": "r", "references": []}', "the row has the key 'question' twice"),
+    ],
+)
+def test_hostile_json_lines_rows_name_the_row(tmp_path, line, problem):
+    path = tmp_path / "questions.jsonl"
+    path.write_text(GOOD_ROW + "\n" + line + "\n", encoding="utf-8")
+    message = _one_error(path)
+    assert f"questions file {path}, row 2: " in message and problem in message
+
+
+@pytest.mark.parametrize("column", ["question", "references", "corpus_id"])
+def test_a_column_named_twice_in_the_header_is_refused(tmp_path, column):
+    columns = ["question", "references", "corpus_id", column]
+    path = tmp_path / "questions.csv"
+    path.write_text(",".join(columns) + '\nWhy?,"[{""start_index"": 0, ""end_index"": 1}]",a,other\n')
+    assert _one_error(path) == f"questions file {path}: the column {column} appears 2 times in the header; keep one"
+
+
+def test_a_storage_that_refuses_or_a_protocol_fsspec_lacks_is_one_line_naming_the_file():
+    import fsspec
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    class RefusingFileSystem(MemoryFileSystem):
+        protocol = "refusing"
+
+        def info(self, path, **kwargs):
+            raise RuntimeError("403 Forbidden\n<Error><Code>AccessDenied</Code></Error>")
+
+    fsspec.register_implementation("refusing", RefusingFileSystem, clobber=True)
+    with pytest.raises(QuestionsFileError) as raised:
+        load_questions("refusing://bucket/questions.jsonl")
+    assert str(raised.value) == (
+        "questions file refusing://bucket/questions.jsonl: cannot be read (RuntimeError: 403 Forbidden)"
+    )
+    with pytest.raises(QuestionsFileError, match=r"^questions file nosuch://x/q.csv: Protocol not known: nosuch$"):
+        load_questions("nosuch://x/q.csv")

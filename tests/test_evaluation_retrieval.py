@@ -66,6 +66,27 @@ def test_embedding_does_not_depend_on_the_batch_it_is_in():
     np.testing.assert_allclose(together[:5], alone, atol=1e-6)
 
 
+def test_the_embedder_pads_no_batch_past_its_character_bound(monkeypatch):
+    """Long texts go in small batches (wordllama's memory grows with a batch's texts times its longest), and
+    their vectors are the same as in any other batch."""
+    embedder = load_wordllama_embedder()
+    model = embedder._model
+    padded_chars = []
+
+    def recording_embed(texts, **options):
+        padded_chars.append(len(texts) * max(map(len, texts)))
+        return type(model).embed(model, texts, **options)
+
+    short = [f"passage {number} about {PASSAGES[number % 4]}" for number in range(100)]
+    long = [("tide gauge " * 400)[: 3_000 + number] for number in range(20)]
+    monkeypatch.setattr(model, "embed", recording_embed)
+    together = embedder.embed(short + long)
+    assert max(padded_chars) <= retrieval._EMBED_BATCH_CHARS
+    monkeypatch.undo()
+    alone = np.stack([embedder.embed([text])[0] for text in short[:3] + long[:3]])
+    np.testing.assert_array_equal(together[[0, 1, 2, 100, 101, 102]], alone)
+
+
 def test_bm25_ranks_by_shared_words_lowercase_without_stop_words_removed():
     index = Bm25Index(PASSAGES)
     assert index.rank("TIDE gauge")[0] == 1

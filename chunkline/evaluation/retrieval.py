@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import importlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -84,8 +84,26 @@ class Embedder(Protocol):
         """``(len(texts), dim)`` float32, each row of length 1 (or all zeros for a text with no tokens)."""
 
 
-#: Texts embedded per call to the model; texts are sorted by length first, so a batch pads little.
+#: Texts embedded per call to the model at most; texts are sorted by length first, so a batch pads little.
 _EMBED_BATCH = 64
+#: Characters per call at most, counted as the batch's longest text times its texts: wordllama pads a batch
+#: to its longest text and holds a 1 KB vector per token of it (up to 4 tokens a character for rare
+#: characters), so this bounds the memory a batch takes to about 150 MB whatever the texts. The pooled
+#: vectors are the same whatever the batch: padding adds zeros.
+_EMBED_BATCH_CHARS = 16_384
+
+
+def _batches(lengths: Sequence[int]) -> Iterator[list[int]]:
+    """Indices of the texts, shortest first, in batches of at most :data:`_EMBED_BATCH` texts and
+    :data:`_EMBED_BATCH_CHARS` padded characters (a longer text alone)."""
+    batch: list[int] = []
+    for index in sorted(range(len(lengths)), key=lengths.__getitem__):
+        if batch and (len(batch) == _EMBED_BATCH or (len(batch) + 1) * lengths[index] > _EMBED_BATCH_CHARS):
+            yield batch
+            batch = []
+        batch.append(index)
+    if batch:
+        yield batch
 
 
 class WordLlamaEmbedder:
@@ -99,11 +117,7 @@ class WordLlamaEmbedder:
         texts = list(texts)
         dim = self._model.embedding.shape[1]
         vectors = np.zeros((len(texts), dim), dtype=np.float32)
-        if not texts:
-            return vectors
-        order = sorted(range(len(texts)), key=lambda index: len(texts[index]))
-        for batch_start in range(0, len(order), _EMBED_BATCH):
-            batch = order[batch_start : batch_start + _EMBED_BATCH]
+        for batch in _batches([len(text) for text in texts]):
             vectors[batch] = self._model.embed([texts[index] for index in batch], norm=False, batch_size=len(batch))
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
         np.divide(vectors, norms, out=vectors, where=norms > 0)
