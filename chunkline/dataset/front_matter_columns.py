@@ -11,8 +11,10 @@ A config names each key and its type, the column taking the key's name unless it
         updated: timestamp
         title: {type: string, column: page_title}   # `title` is a built-in column: promote it under another name
 
-:func:`parse_front_matter_columns` checks that config (a known type, a column name that is an identifier
-and clashes with no built-in column nor another promoted one). :func:`front_matter_values` gives a
+:func:`parse_front_matter_columns` checks that config: a known type, and a column name that Beam's row
+types, Parquet and SQL all take as it is — an ASCII identifier that starts with a letter (Beam's NamedTuple
+rows refuse a leading underscore) and is no Python keyword (``class``, ``None``), clashing with no built-in
+column nor another promoted one even in case only (DuckDB reads ``"Text"`` as the built-in ``text``). :func:`front_matter_values` gives a
 document's value for each column from its front matter (``FrontMatter.data``, already JSON-safe: YAML dates
 are ISO 8601 text there). A value is converted only where nothing is lost or guessed:
 
@@ -23,7 +25,8 @@ are ISO 8601 text there). A value is converted only where nothing is lost or gue
 - ``float``: a number; a whole number is taken when the float holds it exactly.
 - ``boolean``: ``true`` or ``false`` (YAML 1.1's ``yes``/``no`` load as booleans); a string does not fit.
 - ``timestamp``: ISO 8601 text (or a YAML date or datetime, which arrive as such text): a date is its
-  midnight in UTC, a time with an offset is converted to UTC, one without an offset is taken as UTC.
+  midnight in UTC, a time with an offset is converted to UTC, one without an offset is taken as UTC. The
+  moment in UTC must fall in the years 0001 to 9999: ``0001-01-01T00:00:00+01:00`` does not fit.
 
 A key the front matter does not have, or holds as null, is null in its column. A value that does not fit
 is null too, never an error of the document: the document is chunked as ever, and the caller records one
@@ -33,6 +36,7 @@ is null too, never an error of the document: the document is chunked as ever, an
 from __future__ import annotations
 
 import json
+import keyword
 import math
 import re
 from collections.abc import Mapping
@@ -52,7 +56,7 @@ FRONT_MATTER_MISMATCH = "FrontMatterTypeMismatch"
 
 #: Other names a config may give a type, as people write them.
 _TYPE_ALIASES = {"int": "integer", "bool": "boolean", "str": "string", "list[string]": "list<string>"}
-_COLUMN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+_COLUMN_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
 _INT64 = (-(2**63), 2**63 - 1)
 # ISO 8601 as Python 3.10's datetime.fromisoformat reads it on every version: a date, optionally a time
 # (minutes, seconds, milliseconds or microseconds) and a UTC offset or Z.
@@ -68,9 +72,9 @@ def parse_front_matter_columns(value: Any) -> tuple[FrontMatterColumn, ...]:
         raise ValueError(
             f"front_matter_columns must be a mapping of front-matter key to type, got {type(value).__name__}"
         )
-    builtin = set(CHUNKS_SCHEMA.names) | set(CHUNK_UPSERTS_SCHEMA.names)
+    builtin = {name.casefold(): name for name in (*CHUNKS_SCHEMA.names, *CHUNK_UPSERTS_SCHEMA.names)}
     columns: list[FrontMatterColumn] = []
-    taken: dict[str, str] = {}
+    taken: dict[str, tuple[str, str]] = {}  # casefolded column -> (key, column)
     for key, spec in value.items():
         where = f"front_matter_columns.{key}"
         if not isinstance(key, str) or not key:
@@ -85,21 +89,45 @@ def parse_front_matter_columns(value: Any) -> tuple[FrontMatterColumn, ...]:
         type_name = _TYPE_ALIASES.get(type_name, type_name) if isinstance(type_name, str) else type_name
         if type_name not in FRONT_MATTER_TYPES:
             raise ValueError(f"{where}: unknown type {type_name!r}; types: {', '.join(FRONT_MATTER_TYPES)}")
-        if not isinstance(column, str) or not _COLUMN_NAME.fullmatch(column):
+        problem = _column_name_problem(column)
+        if problem:
             raise ValueError(
-                f"{where}: column name {column!r} is not a plain identifier (letters, digits, _; at most 64); "
-                f"name one with {{type: {type_name}, column: NAME}}"
+                f"{where}: column name {column!r} {problem}; name one with {{type: {type_name}, column: NAME}}"
             )
-        if column in builtin:
+        folded = column.casefold()
+        if folded in builtin:
+            clash = (
+                "is a built-in chunks column"
+                if builtin[folded] == column
+                else (
+                    f"differs only in case from the built-in chunks column {builtin[folded]!r}, and SQL engines such "
+                    "as DuckDB do not tell names apart by case"
+                )
+            )
             raise ValueError(
-                f"{where}: column {column!r} is a built-in chunks column; promote the key under another name "
-                f"with {{type: {type_name}, column: fm_{column}}}"
+                f"{where}: column {column!r} {clash}; promote the key under another name with "
+                f"{{type: {type_name}, column: fm_{column}}}"
             )
-        if column in taken:
-            raise ValueError(f"{where}: column {column!r} is also the column of front_matter_columns.{taken[column]}")
-        taken[column] = key
+        if folded in taken:
+            other_key, other_column = taken[folded]
+            clash = "is also" if other_column == column else f"differs only in case from {other_column!r},"
+            raise ValueError(f"{where}: column {column!r} {clash} the column of front_matter_columns.{other_key}")
+        taken[folded] = (key, column)
         columns.append(FrontMatterColumn(key=key, type=type_name, column=column))
     return tuple(sorted(columns, key=lambda column: column.column))
+
+
+def _column_name_problem(column: Any) -> str | None:
+    """Why ``column`` cannot name a promoted column, or None when it can."""
+    if not isinstance(column, str):
+        return "is not text"
+    if column.startswith("_"):
+        return "starts with an underscore, which the fields of Beam's row types cannot"
+    if not _COLUMN_NAME.fullmatch(column):
+        return "is not a plain identifier (an ASCII letter, then letters, digits or _; at most 64)"
+    if keyword.iskeyword(column):
+        return "is a Python keyword, which the fields of Beam's row types cannot be"
+    return None
 
 
 def front_matter_values(
@@ -187,11 +215,13 @@ def _timestamp(value: Any) -> datetime | None:
     text = value[:-1] + "+00:00" if value.endswith("Z") else value
     try:
         moment = datetime.fromisoformat(text)
-    except ValueError:  # 2024-02-30, 25:00
+        if moment.tzinfo is None:
+            return moment.replace(tzinfo=timezone.utc)
+        return moment.astimezone(timezone.utc)
+    except ValueError:  # 2024-02-30, 25:00, year 0
         return None
-    if moment.tzinfo is None:
-        return moment.replace(tzinfo=timezone.utc)
-    return moment.astimezone(timezone.utc)
+    except OverflowError:  # an offset that takes 0001-01-01 or 9999-12-31 out of the years a datetime holds
+        return None
 
 
 _CONVERTERS = {
