@@ -4,6 +4,7 @@ rebuild fingerprint changes with them. The pipeline runs are in tests/pipeline/t
 
 from __future__ import annotations
 
+import json
 import keyword
 from datetime import datetime, timezone
 from typing import NamedTuple
@@ -193,7 +194,8 @@ def test_each_type_takes_what_fits_and_nulls_what_does_not():
         "empty": None,  # null in the front matter: no value, no mismatch
         "missing": None,  # no such key: no mismatch
     }
-    mismatched = {message.split("'")[1]: message for message in mismatches}  # in the columns' order: by name
+    assert {error_type for error_type, _ in mismatches} == {"FrontMatterTypeMismatch"}
+    mismatched = {message.split("'")[1]: message for _, message in mismatches}  # in the columns' order: by name
     assert list(mismatched) == ["authors", "huge", "impossible_date", "nonsense_date", "published", "version"]
     version = mismatched["version"]
     assert version.startswith("front matter 'version' is 1.1 (a number), which is not a string")
@@ -379,7 +381,7 @@ def test_a_timestamp_out_of_range_in_utc_is_null_and_one_mismatch(written, expec
     spec = columns({"updated": "timestamp"})
     values, mismatches = front_matter_values({"updated": written}, spec)
     assert values == {"updated": expected}
-    assert len(mismatches) == (expected is None)
+    assert [error_type for error_type, _ in mismatches] == ["FrontMatterTypeMismatch"] * (expected is None)
     if expected is not None:
         # The value fits the column's Arrow type.
         assert pa.array([expected], type=chunks_schema(spec).field("updated").type).to_pylist() == [expected]
@@ -390,7 +392,8 @@ def test_a_quoted_date_that_does_not_exist_is_a_mismatch(written):
     data = load_front_matter("yaml", f'title: Tides\nupdated: "{written}"\n')
     values, mismatches = front_matter_values(data, columns({"updated": "timestamp"}))
     assert values == {"updated": None}
-    assert len(mismatches) == 1 and mismatches[0].startswith(f"front matter 'updated' is \"{written}\"")
+    assert len(mismatches) == 1 and mismatches[0][0] == "FrontMatterTypeMismatch"
+    assert mismatches[0][1].startswith(f"front matter 'updated' is \"{written}\"")
 
 
 def test_a_keyword_column_is_refused_when_the_run_config_loads():
@@ -400,3 +403,43 @@ def test_a_keyword_column_is_refused_when_the_run_config_loads():
         "output: front_matter_columns.class: column name 'class' is a Python keyword, which the fields of Beam's "
         "row types cannot be; name one with {type: string, column: NAME}"
     )
+
+
+# --------------------------------------------------------------------------------------------------
+# A promoted value's size
+# --------------------------------------------------------------------------------------------------
+
+
+def test_a_value_over_the_size_limit_is_null_and_one_errors_row_naming_key_size_and_limit():
+    tags = [f"sensor-{number:04d}" for number in range(1000)]  # 14,000 bytes of JSON
+    size_bytes = len(json.dumps(tags).encode())
+    spec = parse_front_matter_columns({"tags": "list<string>", "title_text": "string"}, max_value_bytes=size_bytes)
+    front_matter = {"tags": tags, "title_text": "Sensors"}
+    assert front_matter_values(front_matter, spec) == ({"tags": tags, "title_text": "Sensors"}, [])
+
+    spec = parse_front_matter_columns({"tags": "list<string>", "title_text": "string"}, max_value_bytes=size_bytes - 1)
+    values, problems = front_matter_values(front_matter, spec)
+    assert values == {"tags": None, "title_text": "Sensors"}
+    assert problems == [
+        (
+            "FrontMatterValueTooLarge",
+            f"front matter 'tags' is a list of {size_bytes:,} bytes as JSON, over the {size_bytes - 1:,} bytes a "
+            "promoted value may have (output.front_matter_max_value_bytes), since every chunk of the document "
+            "carries it; its column tags is null for this document's chunks: shorten the value, or raise "
+            "output.front_matter_max_value_bytes",
+        )
+    ]
+    # Over the limit and of the wrong type too: one row, for the size.
+    values, problems = front_matter_values({"tags": {"nested": tags}}, spec)
+    assert values["tags"] is None and [error_type for error_type, _ in problems] == ["FrontMatterValueTooLarge"]
+
+
+def test_the_size_limit_is_a_setting_in_the_config_and_the_fingerprint():
+    assert run_config().output.front_matter_max_value_bytes == 65_536
+    config = run_config("output.front_matter_columns.tags=list<string>", "output.front_matter_max_value_bytes=1024")
+    assert [column.max_value_bytes for column in config.output.promoted_front_matter] == [1024]
+    assert config.to_public_dict()["output"]["front_matter_max_value_bytes"] == 1024
+    default = run_config("output.front_matter_columns.tags=list<string>")
+    assert rebuild_fingerprint(config) != rebuild_fingerprint(default)
+    with pytest.raises(ConfigError, match="front_matter_max_value_bytes"):
+        run_config("output.front_matter_max_value_bytes=0")

@@ -30,7 +30,10 @@ are ISO 8601 text there). A value is converted only where nothing is lost or gue
 
 A key the front matter does not have, or holds as null, is null in its column. A value that does not fit
 is null too, never an error of the document: the document is chunked as ever, and the caller records one
-``errors`` row (``FrontMatterTypeMismatch``) per such value, naming the key, the value and what fits.
+``errors`` row (``FrontMatterTypeMismatch``) per such value, naming the key, the value and what fits. So is
+a value whose JSON text is over ``output.front_matter_max_value_bytes`` (64 KiB by default), with a
+``FrontMatterValueTooLarge`` row naming the key, its size and the limit: every chunk of the document carries
+its promoted values, and a megabyte of tags on each of a thousand chunks would take gigabytes.
 """
 
 from __future__ import annotations
@@ -43,16 +46,25 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from chunkline.schemas import CHUNK_UPSERTS_SCHEMA, CHUNKS_SCHEMA, FRONT_MATTER_TYPES, FrontMatterColumn
+from chunkline.schemas import (
+    CHUNK_UPSERTS_SCHEMA,
+    CHUNKS_SCHEMA,
+    DEFAULT_FRONT_MATTER_MAX_VALUE_BYTES,
+    FRONT_MATTER_TYPES,
+    FrontMatterColumn,
+)
 
 __all__ = [
     "FRONT_MATTER_MISMATCH",
+    "FRONT_MATTER_TOO_LARGE",
     "front_matter_values",
     "parse_front_matter_columns",
 ]
 
 #: ``error_type`` of the errors row of a front-matter value that does not fit its column's type.
 FRONT_MATTER_MISMATCH = "FrontMatterTypeMismatch"
+#: ``error_type`` of the errors row of a front-matter value over ``output.front_matter_max_value_bytes``.
+FRONT_MATTER_TOO_LARGE = "FrontMatterValueTooLarge"
 
 #: Other names a config may give a type, as people write them.
 _TYPE_ALIASES = {"int": "integer", "bool": "boolean", "str": "string", "list[string]": "list<string>"}
@@ -63,11 +75,13 @@ _INT64 = (-(2**63), 2**63 - 1)
 _ISO_8601 = re.compile(r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.(?:\d{3}|\d{6}))?)?(?:Z|[+-]\d{2}:\d{2})?)?")
 
 
-def parse_front_matter_columns(value: Any) -> tuple[FrontMatterColumn, ...]:
+def parse_front_matter_columns(
+    value: Any, max_value_bytes: int = DEFAULT_FRONT_MATTER_MAX_VALUE_BYTES
+) -> tuple[FrontMatterColumn, ...]:
     """The promoted columns of ``output.front_matter_columns`` (a mapping of key to a type name, or to
     ``{type: ..., column: ...}``), sorted by column name (the order of the table's columns, whatever order
-    a config file, the environment and ``--set`` gave them in); ``ValueError`` naming the entry for
-    anything else."""
+    a config file, the environment and ``--set`` gave them in), each taking values of up to
+    ``max_value_bytes``; ``ValueError`` naming the entry for anything else."""
     if not isinstance(value, Mapping):
         raise ValueError(
             f"front_matter_columns must be a mapping of front-matter key to type, got {type(value).__name__}"
@@ -113,7 +127,7 @@ def parse_front_matter_columns(value: Any) -> tuple[FrontMatterColumn, ...]:
             clash = "is also" if other_column == column else f"differs only in case from {other_column!r},"
             raise ValueError(f"{where}: column {column!r} {clash} the column of front_matter_columns.{other_key}")
         taken[folded] = (key, column)
-        columns.append(FrontMatterColumn(key=key, type=type_name, column=column))
+        columns.append(FrontMatterColumn(key=key, type=type_name, column=column, max_value_bytes=max_value_bytes))
     return tuple(sorted(columns, key=lambda column: column.column))
 
 
@@ -132,19 +146,40 @@ def _column_name_problem(column: Any) -> str | None:
 
 def front_matter_values(
     data: Mapping[str, Any] | None, columns: tuple[FrontMatterColumn, ...]
-) -> tuple[dict[str, Any], list[str]]:
-    """(column -> the document's value or None, a message for each value that does not fit its type).
+) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    """(column -> the document's value or None, ``(error_type, message)`` for each value that is null
+    because it does not fit its type or is over its column's ``max_value_bytes``).
 
     ``data`` is the document's front matter (``FrontMatter.data``), None when it has none."""
     values: dict[str, Any] = {}
-    mismatches: list[str] = []
+    problems: list[tuple[str, str]] = []
     for column in columns:
         raw = (data or {}).get(column.key)
-        value = None if raw is None else _CONVERTERS[column.type](raw)
-        if raw is not None and value is None:
-            mismatches.append(_mismatch_message(column, raw))
+        value = None
+        if raw is not None:
+            size_bytes = _json_size_bytes(raw)
+            if size_bytes > column.max_value_bytes:
+                problems.append((FRONT_MATTER_TOO_LARGE, _too_large_message(column, raw, size_bytes)))
+            else:
+                value = _CONVERTERS[column.type](raw)
+                if value is None:
+                    problems.append((FRONT_MATTER_MISMATCH, _mismatch_message(column, raw)))
         values[column.column] = value
-    return values, mismatches
+    return values, problems
+
+
+def _json_size_bytes(value: Any) -> int:
+    """Bytes of ``value``'s JSON text in UTF-8 (front matter is JSON-safe: ``FrontMatter.data``)."""
+    return len(json.dumps(value, ensure_ascii=False).encode("utf-8"))
+
+
+def _too_large_message(column: FrontMatterColumn, raw: Any, size_bytes: int) -> str:
+    return (
+        f"front matter {column.key!r} is {_json_kind(raw)} of {size_bytes:,} bytes as JSON, over the "
+        f"{column.max_value_bytes:,} bytes a promoted value may have (output.front_matter_max_value_bytes), since "
+        f"every chunk of the document carries it; its column {column.column} is null for this document's chunks: "
+        "shorten the value, or raise output.front_matter_max_value_bytes"
+    )
 
 
 def _mismatch_message(column: FrontMatterColumn, raw: Any) -> str:

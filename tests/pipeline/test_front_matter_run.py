@@ -7,6 +7,9 @@ follow them."""
 from __future__ import annotations
 
 import copy
+import json
+import subprocess
+import sys
 from datetime import datetime, timezone
 
 import duckdb
@@ -224,3 +227,45 @@ def test_same_columns_carry_over_other_columns_rebuild_and_upsert_every_chunk(pu
     # None at all: the chunks are the built-in columns again.
     assert main(["run", str(corpus), "--output", str(output)]) == 0
     assert not set(rows(output, "chunks")[0]) & set(PROMOTED)
+
+
+# A run over one document whose front matter is a list of about 1 MB, promoted to a list<string> column, in
+# a process of its own: prints the process's peak resident memory in MB.
+_LARGE_LIST_RUN = """\
+import resource, sys
+from chunkline.pipelines.cli import main
+code = main(["run", sys.argv[1], "--output", sys.argv[2], "--config", sys.argv[3]])
+print(code, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+"""
+
+
+@pytest.mark.slow
+def test_a_megabyte_of_promoted_tags_is_null_with_one_row_and_memory_stays_bounded(tmp_path):
+    tags = [f"sensor-{number:07d}" for number in range(70_000)]
+    text = "---\ntags:\n" + "".join(f"  - {tag}\n" for tag in tags) + "---\n# Sensors\n\nEvery sensor on the quay.\n"
+    assert len(text) > 1_000_000
+    corpus = write_files(tmp_path / "corpus", {"sensors.md": text.encode(), **{"guide/wind.md": DOCS["guide/wind.md"]}})
+    config_file = tmp_path / "chunkline.yaml"
+    config_file.write_text("output:\n  front_matter_columns:\n    tags: list<string>\nrun:\n  workers: 0\n")
+    output = tmp_path / "out"
+    finished = subprocess.run(
+        [sys.executable, "-c", _LARGE_LIST_RUN, str(corpus), str(output), str(config_file)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    code, peak_mb = map(int, finished.stdout.split()[-2:])
+    assert code == 0, finished.stderr[-2000:]
+    # Every chunk of the document would carry the megabyte: some 1,000 chunks, gigabytes. Without it the
+    # run peaks near 0.2 GB.
+    assert peak_mb < 1024, f"peak resident memory {peak_mb} MB"
+    assert documents(output)["sensors.md"]["status"] == "ok"
+    chunk_rows = rows_by_doc(output, "chunks")
+    assert len(chunk_rows["sensors.md"]) > 100 and all(row["tags"] is None for row in chunk_rows["sensors.md"])
+    assert all(row["tags"] == ["wind"] for row in chunk_rows["guide/wind.md"])
+    errors = [(row["doc_id"], row["error_type"], row["message"]) for row in rows(output, "errors")]
+    assert [error[:2] for error in errors] == [("sensors.md", "FrontMatterValueTooLarge")]
+    size_bytes = len(json.dumps(tags))
+    assert errors[0][2].startswith(
+        f"front matter 'tags' is a list of {size_bytes:,} bytes as JSON, over the 65,536 bytes"
+    )
