@@ -281,6 +281,10 @@ def test_the_data_dictionary_lists_the_columns_with_their_descriptions():
         ),
         ({"_fields": "string"}, "front_matter_columns._fields: column name '_fields' starts with an underscore"),
         ({"café": "string"}, "front_matter_columns.café: column name 'café' is not a plain identifier"),
+        ({"k": {"type": "string", "column": 123}}, "front_matter_columns.k: column name 123 is not text"),
+        ({"k": {"type": "string", "column": ""}}, "front_matter_columns.k: column name '' is not a plain identifier"),
+        ({"two words": "string"}, "front_matter_columns.two words: column name 'two words' is not a plain identifier"),
+        ({"k": {"type": "string", "column": "x\n"}}, "front_matter_columns.k: column name 'x\\n' is not a plain"),
         ({"k": {"type": "string", "column": "a" * 65}}, "front_matter_columns.k: column name 'aaaa"),
         (
             {"Text": "string"},
