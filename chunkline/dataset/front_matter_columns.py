@@ -14,9 +14,11 @@ A config names each key and its type, the column taking the key's name unless it
 :func:`parse_front_matter_columns` checks that config: a known type, and a column name that Beam's row
 types, Parquet and SQL all take as it is — an ASCII identifier that starts with a letter (Beam's NamedTuple
 rows refuse a leading underscore) and is no Python keyword (``class``, ``None``), clashing with no built-in
-column nor another promoted one even in case only (DuckDB reads ``"Text"`` as the built-in ``text``). :func:`front_matter_values` gives a
-document's value for each column from its front matter (``FrontMatter.data``, already JSON-safe: YAML dates
-are ISO 8601 text there). A value is converted only where nothing is lost or guessed:
+column nor another promoted one even in case only (DuckDB reads ``"Text"`` as the built-in ``text``).
+
+:func:`front_matter_values` gives a document's value for each column from its front matter
+(``FrontMatter.data``, already JSON-safe: YAML dates are ISO 8601 text there). A value is converted only
+where nothing is lost or guessed:
 
 - ``string``: a string (a YAML date is one: its ISO 8601 text). A number or a boolean does not fit: YAML
   has already turned ``version: 1.10`` into 1.1, and writing ``"1.1"`` would be a value nobody wrote.
@@ -136,7 +138,7 @@ def _column_name_problem(column: Any) -> str | None:
     if not isinstance(column, str):
         return "is not text"
     if column.startswith("_"):
-        return "starts with an underscore, which the fields of Beam's row types cannot"
+        return "starts with an underscore, which the fields of Beam's row types cannot start with"
     if not _COLUMN_NAME.fullmatch(column):
         return "is not a plain identifier (an ASCII letter, then letters, digits or _; at most 64)"
     if keyword.iskeyword(column):
