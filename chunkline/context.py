@@ -14,7 +14,7 @@ from typing import Any
 from chunkline.capacity import Capacity
 from chunkline.protected import fitting_protected_ranges
 from chunkline.record import ChunkSpan
-from chunkline.splitting import split_document_range
+from chunkline.splitting import first_piece_of_range, split_document_range
 from chunkline.structure import MarkdownDocument, Section
 from chunkline.token_offsets import TokenOffsets
 from chunkline.tokenizers import TokenCounter
@@ -75,3 +75,8 @@ class ChunkContext:
             self.document, start, end, self.counter, self.max_tokens, overlap_tokens, self.offsets
         )
         return [ChunkSpan(piece.start_char, piece.end_char, heading_path, True, piece.token_count) for piece in pieces]
+
+    def first_split_end(self, start: int, end: int) -> int:
+        """Where the first span :meth:`split` cuts ``text[start:end]`` into ends (whatever the overlap),
+        found without cutting the rest of the range."""
+        return first_piece_of_range(self.document, start, end, self.counter, self.max_tokens, self.offsets).end_char

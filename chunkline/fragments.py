@@ -69,6 +69,30 @@ class _Run:
     """What the range holds (``_CONTENT`` ... ``_BLANK``), once looked at."""
 
 
+class _Cuts:
+    """Which of ``spans`` were cut from one range: the pieces of a cut follow each other, each going further
+    than the one before, overlapping it or starting where it ends (but not at a section's start, where the
+    pieces of another section begin)."""
+
+    def __init__(self, spans: Sequence[ChunkSpan], section_starts: frozenset[int]):
+        self.spans = spans
+        total = len(spans)
+        goes_on = [False] * total  # goes_on[i]: spans[i] is the next piece of the cut spans[i - 1] is part of
+        self.overlaps_before = [0] * (total + 1)
+        """``overlaps_before[i]``: how many of ``spans[1:i]`` go on from the span before them overlapping it."""
+        for number in range(1, total):
+            piece, previous = spans[number], spans[number - 1]
+            overlapping = False
+            if piece.is_sub_split and piece.start_char >= previous.start_char and piece.end_char > previous.end_char:
+                overlapping = piece.start_char < previous.end_char
+                goes_on[number] = overlapping or piece.start_char not in section_starts
+            self.overlaps_before[number + 1] = self.overlaps_before[number] + overlapping
+        self.end_of = [total] * total
+        """``end_of[i]``: the number of the first span after ``spans[i]`` that is not a piece of its cut."""
+        for number in range(total - 2, -1, -1):
+            self.end_of[number] = self.end_of[number + 1] if goes_on[number + 1] else number + 1
+
+
 def _combined_kind(first: int | None, second: int | None) -> int | None:
     """The kind of two adjoining or overlapping ranges together: text wins, then headings, front matter."""
     if first is None or second is None:
@@ -119,6 +143,7 @@ class _FragmentMerger:
         self.heading_ends = [heading.end_char for heading in document.headings]
         front_matter = document.front_matter
         self.front_matter_end = front_matter.end_char if front_matter is not None else 0
+        self._cuts: _Cuts | None = None
 
     # -- what a range holds ----------------------------------------------------------------------
 
@@ -275,6 +300,12 @@ class _FragmentMerger:
             runs.append(run)
         return runs
 
+    def cuts_of(self, spans: Sequence[ChunkSpan]) -> _Cuts:
+        """The cuts of ``spans``, found once for the pass (each front-matter or heading piece asks)."""
+        if self._cuts is None or self._cuts.spans is not spans:
+            self._cuts = _Cuts(spans, self.section_start_set)
+        return self._cuts
+
     def resplit(self, run: _Run, spans: Sequence[ChunkSpan], number: int) -> tuple[list[_Run], int]:
         """``run`` (headings or front matter only) joined with the spans from ``spans[number]`` that were
         cut from one range, cut again so that the heading starts the first piece: (pieces, number of the
@@ -286,23 +317,18 @@ class _FragmentMerger:
             after = number + 1
             overlapping = False
         else:
-            after = number + 1
-            overlapping = False
-            while after < len(spans) and spans[after].is_sub_split:
-                piece, previous = spans[after], spans[after - 1]
-                if piece.start_char < previous.start_char or piece.end_char <= previous.end_char:
-                    break
-                if piece.start_char < previous.end_char:
-                    overlapping = True
-                elif piece.start_char in self.section_start_set:
-                    break  # the first piece of another section
-                after += 1
+            cuts = self.cuts_of(spans)
+            after = cuts.end_of[number]
+            overlapping = cuts.overlaps_before[after] > cuts.overlaps_before[number + 1]
+        end = spans[after - 1].end_char
+        if self.context.first_split_end(run.start, end) <= run.end:
+            # The run's own range is already as much as a first piece holds: nothing joins it. Asked before
+            # the whole range is cut again, since each piece of a long cut of front matter or of a heading
+            # alone asks it in turn (cutting the rest each time would cost the square of the range).
+            return [], number
         replaced = list(spans[number:after])
-        end = replaced[-1].end_char
         overlap_tokens = self.context.overlap_tokens if overlapping else 0
         cut = self.context.split(run.start, end, None, overlap_tokens)
-        if cut[0].end_char <= run.end:
-            return [], number
         size_target = self.size_target
         if size_target is not None and not all(
             size_target(self.context, piece.start_char, piece.end_char, True) for piece in cut

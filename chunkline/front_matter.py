@@ -49,7 +49,9 @@ MAX_FRONT_MATTER_DEPTH = 64
 _FIRST_BODY_LINE = 2
 
 _YAML_TAG = "tag:yaml.org,2002:"
-_MAP, _SET, _OMAP, _PAIRS, _SEQ, _MERGE = (_YAML_TAG + name for name in ("map", "set", "omap", "pairs", "seq", "merge"))
+_MAP, _SET, _OMAP, _PAIRS, _SEQ, _MERGE, _STR = (
+    _YAML_TAG + name for name in ("map", "set", "omap", "pairs", "seq", "merge", "str")
+)
 
 
 _RECURSIVE_ALIAS = "an alias refers to a collection it is part of (a recursive alias)"
@@ -168,6 +170,8 @@ class _YamlConverter:
     def _scalar(self, node: Any) -> Any:
         import yaml
 
+        if node.tag == _STR:  # most values: text as written, as the constructor would give it, at less cost
+            return _valid_text(node.value)
         try:
             value = self._loader.construct_object(node)
         except yaml.MarkedYAMLError:

@@ -33,7 +33,14 @@ from chunkline.text_index import TextIndex
 from chunkline.token_offsets import TokenOffsets
 from chunkline.tokenizers import TokenCounter
 
-__all__ = ["BoundaryLevel", "Piece", "split_at_boundaries", "split_document_range", "split_token_windows"]
+__all__ = [
+    "BoundaryLevel",
+    "Piece",
+    "first_piece_of_range",
+    "split_at_boundaries",
+    "split_document_range",
+    "split_token_windows",
+]
 
 
 class BoundaryLevel(enum.IntEnum):
@@ -359,6 +366,25 @@ def split_at_boundaries(
     if offsets is None or not offsets.start <= start <= end <= offsets.end:
         offsets = TokenOffsets(text, start, end, counter)
     return _RangeSplitter(_SplitRequest(text, index, start, end, blocks, offsets, max_tokens, overlap_tokens)).split()
+
+
+def first_piece_of_range(
+    document: MarkdownDocument,
+    start: int,
+    end: int,
+    counter: TokenCounter,
+    max_tokens: int,
+    offsets: TokenOffsets | None = None,
+) -> Piece:
+    """The first piece :func:`split_document_range` cuts ``document.text[start:end]`` into, with any overlap
+    (which only moves where later pieces start), found without cutting the rest of the range."""
+    if start >= end:
+        return Piece(start, end, 0)
+    if offsets is None or not offsets.start <= start <= end <= offsets.end:
+        offsets = TokenOffsets(document.text, start, end, counter)
+    blocks = document.blocks_within(start, end)
+    request = _SplitRequest(document.text, document.index, start, end, blocks, offsets, max_tokens, 0)
+    return _RangeSplitter(request).piece_from(start)
 
 
 def split_document_range(

@@ -18,6 +18,7 @@ from chunkline.schemas.changes import (
 )
 from chunkline.schemas.chunks import (
     CHUNKS_SCHEMA,
+    DEFAULT_FRONT_MATTER_MAX_VALUE_BYTES,
     FRONT_MATTER_TYPES,
     SCHEMA_VERSION,
     FrontMatterColumn,
@@ -67,6 +68,7 @@ __all__ = [
     "CHUNK_UPSERTS_SCHEMA",
     "ROW_TABLES",
     "CHUNKS_SCHEMA",
+    "DEFAULT_FRONT_MATTER_MAX_VALUE_BYTES",
     "FRONT_MATTER_TABLES",
     "FRONT_MATTER_TYPES",
     "FrontMatterColumn",

@@ -17,6 +17,7 @@ import pyarrow as pa
 
 __all__ = [
     "CHUNKS_SCHEMA",
+    "DEFAULT_FRONT_MATTER_MAX_VALUE_BYTES",
     "FRONT_MATTER_TYPES",
     "FrontMatterColumn",
     "SCHEMA_VERSION",
@@ -96,6 +97,9 @@ CHUNKS_SCHEMA = pa.schema(
 )
 
 
+#: Bytes of a promoted front-matter value (its JSON text, in UTF-8) past which its column is null, by default.
+DEFAULT_FRONT_MATTER_MAX_VALUE_BYTES = 65_536
+
 #: The types a promoted front-matter key can have, by the name ``output.front_matter_columns`` gives them.
 FRONT_MATTER_TYPES: dict[str, pa.DataType] = {
     "string": pa.string(),
@@ -127,6 +131,9 @@ class FrontMatterColumn:
     """A name of :data:`FRONT_MATTER_TYPES`."""
     column: str
     """The column's name in ``chunks`` (and ``changes/upserts``)."""
+    max_value_bytes: int = DEFAULT_FRONT_MATTER_MAX_VALUE_BYTES
+    """A larger value (its JSON text, in UTF-8) is null in the column (``output.front_matter_max_value_bytes``):
+    every chunk of the document carries the value, so its size is paid once per chunk."""
 
     def arrow_field(self) -> pa.Field:
         """The column as an Arrow field, nullable, with its description."""
@@ -135,7 +142,8 @@ class FrontMatterColumn:
             FRONT_MATTER_TYPES[self.type],
             f"Front matter {self.key!r} of the chunk's document, as {self.type} (output.front_matter_columns): "
             f"{_WHAT_FITS[self.type]}. Null when the front matter has no such key, or a value that does not fit "
-            "(the errors table then holds a FrontMatterTypeMismatch row naming the key and the value).",
+            "(the errors table then holds a FrontMatterTypeMismatch row naming the key and the value) or is "
+            "over output.front_matter_max_value_bytes (a FrontMatterValueTooLarge row).",
             nullable=True,
         )
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 import tracemalloc
 
 import pytest
@@ -390,3 +391,43 @@ def test_every_float_is_json_safe(number):
     assert_json_safe(data)
     if math.isfinite(number):
         assert data == {"value": number}
+
+
+# --------------------------------------------------------------------------------------------------
+# Front matter over the budget is chunked in time linear in its size
+# --------------------------------------------------------------------------------------------------
+
+
+def one_line_flow_list_front_matter(size_bytes: int) -> str:
+    """A document whose YAML front matter is one flow list on one line, ``size_bytes`` long, then a body."""
+    items = [f"sensor-{number:07d}" for number in range(size_bytes // 16)]
+    return "---\ntags: [" + ", ".join(items) + "]\n---\n# Harbour sensors\n\nEvery sensor on the quay.\n"
+
+
+def one_line_heading(size_bytes: int) -> str:
+    """A document whose first heading is one line of ``size_bytes`` of words, then a paragraph."""
+    words = [f"berth{number:06d}" for number in range(size_bytes // 12)]
+    return "# " + " ".join(words) + "\n\nThe berths of the north quay.\n"
+
+
+def best_seconds(function, repeats: int = 3) -> float:
+    """The fastest of ``repeats`` runs of ``function``: the machine's other work only ever adds time."""
+    timings = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        function()
+        timings.append(time.perf_counter() - started)
+    return min(timings)
+
+
+@pytest.mark.parametrize("document_of", [one_line_flow_list_front_matter, one_line_heading])
+def test_a_one_line_block_over_the_budget_is_chunked_in_linear_time(document_of):
+    chunk_markdown("# Warm\n\nThe tokenizer and the parser are loaded.\n")
+    small, large = document_of(150_000), document_of(600_000)
+    for text in (small, large):
+        chunks = chunk_markdown(text)
+        assert chunkline.reconstruct(chunks) == text
+        assert len(chunks) > 50
+    ratio = best_seconds(lambda: chunk_markdown(large)) / best_seconds(lambda: chunk_markdown(small))
+    # Four times the text: linear work takes about four times as long, quadratic work sixteen.
+    assert ratio < 8, f"4x the text took {ratio:.1f}x the time"

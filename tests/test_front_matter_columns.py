@@ -4,7 +4,10 @@ rebuild fingerprint changes with them. The pipeline runs are in tests/pipeline/t
 
 from __future__ import annotations
 
+import json
+import keyword
 from datetime import datetime, timezone
+from typing import NamedTuple
 
 import pyarrow as pa
 import pytest
@@ -191,7 +194,8 @@ def test_each_type_takes_what_fits_and_nulls_what_does_not():
         "empty": None,  # null in the front matter: no value, no mismatch
         "missing": None,  # no such key: no mismatch
     }
-    mismatched = {message.split("'")[1]: message for message in mismatches}  # in the columns' order: by name
+    assert {error_type for error_type, _ in mismatches} == {"FrontMatterTypeMismatch"}
+    mismatched = {message.split("'")[1]: message for _, message in mismatches}  # in the columns' order: by name
     assert list(mismatched) == ["authors", "huge", "impossible_date", "nonsense_date", "published", "version"]
     version = mismatched["version"]
     assert version.startswith("front matter 'version' is 1.1 (a number), which is not a string")
@@ -259,3 +263,187 @@ def test_the_data_dictionary_lists_the_columns_with_their_descriptions():
         )
         assert "| `version` | `string` | yes | Front matter 'version'" in section
     assert "`tags`" not in data_dictionary_markdown().split("## `chunks`")[1]
+
+
+# --------------------------------------------------------------------------------------------------
+# Column names every runner takes
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ({"class": "string"}, "front_matter_columns.class: column name 'class' is a Python keyword"),
+        ({"None": "integer"}, "front_matter_columns.None: column name 'None' is a Python keyword"),
+        (
+            {"k": {"type": "string", "column": "_x"}},
+            "front_matter_columns.k: column name '_x' starts with an underscore",
+        ),
+        ({"_fields": "string"}, "front_matter_columns._fields: column name '_fields' starts with an underscore"),
+        ({"café": "string"}, "front_matter_columns.café: column name 'café' is not a plain identifier"),
+        ({"k": {"type": "string", "column": 123}}, "front_matter_columns.k: column name 123 is not text"),
+        ({"k": {"type": "string", "column": ""}}, "front_matter_columns.k: column name '' is not a plain identifier"),
+        ({"two words": "string"}, "front_matter_columns.two words: column name 'two words' is not a plain identifier"),
+        ({"k": {"type": "string", "column": "x\n"}}, "front_matter_columns.k: column name 'x\\n' is not a plain"),
+        ({"k": {"type": "string", "column": "a" * 65}}, "front_matter_columns.k: column name 'aaaa"),
+        (
+            {"Text": "string"},
+            "front_matter_columns.Text: column 'Text' differs only in case from the built-in chunks column 'text'",
+        ),
+        (
+            {"k": {"type": "string", "column": "CHUNK_ID"}},
+            "front_matter_columns.k: column 'CHUNK_ID' differs only in case from the built-in chunks column 'chunk_id'",
+        ),
+        (
+            {"Tags": "list<string>", "tags": "string"},
+            "front_matter_columns.tags: column 'tags' differs only in case from 'Tags', the column of "
+            "front_matter_columns.Tags",
+        ),
+    ],
+)
+def test_a_column_name_a_runner_or_sql_would_refuse_or_confuse_is_a_config_error(spec, message):
+    with pytest.raises(ValueError) as raised:
+        parse_front_matter_columns(spec)
+    assert str(raised.value).startswith(message)
+    assert "\n" not in str(raised.value)
+
+
+# Names a config might give a column: every Python keyword and soft keyword, names a tuple, a NamedTuple
+# or a class already has (count, index, _fields, __init__), builtins, and odd but valid identifiers.
+CANDIDATE_COLUMN_NAMES = sorted(
+    {
+        *keyword.kwlist,
+        *keyword.softkwlist,
+        "count",
+        "index",
+        "self",
+        "cls",
+        "_fields",
+        "_asdict",
+        "__init__",
+        "__class__",
+        "_x",
+        "x_",
+        "x__y",
+        "print",
+        "type",
+        "id",
+        "schema",
+        "Tags",
+        "a" * 64,
+        "A1",
+        "item2",
+    }
+)
+
+
+def test_every_accepted_column_name_builds_a_beam_row_type_and_every_refused_one_would_not():
+    import apache_beam as beam
+
+    import chunkline
+    from chunkline.transforms.rows import row_from_dict, row_type_for
+
+    chunk = chunkline.chunk_markdown("# Harbour\n\nThe gauge reads the tide.\n", doc_id="harbour.md")[0].to_dict()
+    for name in CANDIDATE_COLUMN_NAMES:
+        try:
+            (column,) = parse_front_matter_columns({"key": {"type": "list<string>", "column": name}})
+        except ValueError:
+            with pytest.raises(ValueError):
+                NamedTuple("Row", [(name, str)])
+            continue
+        row_type = row_type_for(chunks_schema([column]), "ChunkRow")
+        coder = beam.coders.registry.get_coder(row_type)
+        row = row_from_dict(row_type, {**chunk, name: ["tide"]})
+        assert getattr(coder.decode(coder.encode(row)), name) == ["tide"]
+
+
+# --------------------------------------------------------------------------------------------------
+# Timestamps at the edges of the range
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "written, expected",
+    [
+        ("0001-01-01T00:00:00+01:00", None),  # 31 December of year 0 in UTC
+        ("0001-01-01T00:30:00+01:00", None),
+        ("0001-01-01T01:00:00+01:00", datetime(1, 1, 1, tzinfo=timezone.utc)),
+        ("0001-01-01T00:00:00-01:00", datetime(1, 1, 1, 1, tzinfo=timezone.utc)),
+        ("0001-01-01", datetime(1, 1, 1, tzinfo=timezone.utc)),
+        ("9999-12-31T23:59:59-01:00", None),  # year 10000 in UTC
+        ("9999-12-31T23:00:00-01:00", None),
+        ("9999-12-31T23:59:59+01:00", datetime(9999, 12, 31, 22, 59, 59, tzinfo=timezone.utc)),
+        ("9999-12-31T23:59:59.999999Z", datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=timezone.utc)),
+        ("9999-12-31", datetime(9999, 12, 31, tzinfo=timezone.utc)),
+        ("0000-01-01", None),
+        ("10000-01-01", None),
+        ("2024-02-30", None),
+        ("2024-01-01T24:00:00Z", None),
+    ],
+)
+def test_a_timestamp_out_of_range_in_utc_is_null_and_one_mismatch(written, expected):
+    spec = columns({"updated": "timestamp"})
+    values, mismatches = front_matter_values({"updated": written}, spec)
+    assert values == {"updated": expected}
+    assert [error_type for error_type, _ in mismatches] == ["FrontMatterTypeMismatch"] * (expected is None)
+    if expected is not None:
+        # The value fits the column's Arrow type.
+        assert pa.array([expected], type=chunks_schema(spec).field("updated").type).to_pylist() == [expected]
+
+
+@pytest.mark.parametrize("written", ["0000-01-01", "2024-02-30", "10000-01-01", "2024-05-01T25:00:00"])
+def test_a_quoted_date_that_does_not_exist_is_a_mismatch(written):
+    data = load_front_matter("yaml", f'title: Tides\nupdated: "{written}"\n')
+    values, mismatches = front_matter_values(data, columns({"updated": "timestamp"}))
+    assert values == {"updated": None}
+    assert len(mismatches) == 1 and mismatches[0][0] == "FrontMatterTypeMismatch"
+    assert mismatches[0][1].startswith(f"front matter 'updated' is \"{written}\"")
+
+
+def test_a_keyword_column_is_refused_when_the_run_config_loads():
+    with pytest.raises(ConfigError) as raised:
+        run_config("output.front_matter_columns={class: string}")
+    assert str(raised.value) == (
+        "output: front_matter_columns.class: column name 'class' is a Python keyword, which the fields of Beam's "
+        "row types cannot be; name one with {type: string, column: NAME}"
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# A promoted value's size
+# --------------------------------------------------------------------------------------------------
+
+
+def test_a_value_over_the_size_limit_is_null_and_one_errors_row_naming_key_size_and_limit():
+    tags = [f"sensor-{number:04d}" for number in range(1000)]  # 14,000 bytes of JSON
+    size_bytes = len(json.dumps(tags).encode())
+    spec = parse_front_matter_columns({"tags": "list<string>", "title_text": "string"}, max_value_bytes=size_bytes)
+    front_matter = {"tags": tags, "title_text": "Sensors"}
+    assert front_matter_values(front_matter, spec) == ({"tags": tags, "title_text": "Sensors"}, [])
+
+    spec = parse_front_matter_columns({"tags": "list<string>", "title_text": "string"}, max_value_bytes=size_bytes - 1)
+    values, problems = front_matter_values(front_matter, spec)
+    assert values == {"tags": None, "title_text": "Sensors"}
+    assert problems == [
+        (
+            "FrontMatterValueTooLarge",
+            f"front matter 'tags' is a list of {size_bytes:,} bytes as JSON, over the {size_bytes - 1:,} bytes a "
+            "promoted value may have (output.front_matter_max_value_bytes), since every chunk of the document "
+            "carries it; its column tags is null for this document's chunks: shorten the value, or raise "
+            "output.front_matter_max_value_bytes",
+        )
+    ]
+    # Over the limit and of the wrong type too: one row, for the size.
+    values, problems = front_matter_values({"tags": {"nested": tags}}, spec)
+    assert values["tags"] is None and [error_type for error_type, _ in problems] == ["FrontMatterValueTooLarge"]
+
+
+def test_the_size_limit_is_a_setting_in_the_config_and_the_fingerprint():
+    assert run_config().output.front_matter_max_value_bytes == 65_536
+    config = run_config("output.front_matter_columns.tags=list<string>", "output.front_matter_max_value_bytes=1024")
+    assert [column.max_value_bytes for column in config.output.promoted_front_matter] == [1024]
+    assert config.to_public_dict()["output"]["front_matter_max_value_bytes"] == 1024
+    default = run_config("output.front_matter_columns.tags=list<string>")
+    assert rebuild_fingerprint(config) != rebuild_fingerprint(default)
+    with pytest.raises(ConfigError, match="front_matter_max_value_bytes"):
+        run_config("output.front_matter_max_value_bytes=0")

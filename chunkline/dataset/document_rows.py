@@ -24,7 +24,7 @@ import pyarrow as pa
 from chunkline.config import ChunkConfig
 from chunkline.dataset.bundle import BundleStep
 from chunkline.dataset.decoding import BinaryFileError, decode_file
-from chunkline.dataset.front_matter_columns import FRONT_MATTER_MISMATCH, front_matter_values
+from chunkline.dataset.front_matter_columns import front_matter_values
 from chunkline.dataset.inputs import FileProblem, SourceFile
 from chunkline.dataset.merge import map_large_allocations
 from chunkline.dataset.storage import scrub_secrets
@@ -182,8 +182,8 @@ class DocumentChunker(BundleStep):
         self, source: SourceFile, data: dict[str, Any] | None, rows: list[tuple[str, dict[str, Any]]]
     ) -> list[tuple[str, dict[str, Any]]]:
         """Add the promoted front-matter columns to the chunk ``rows``; returns an errors row for each value
-        that does not fit its column's type (the column is null, the document is still chunked)."""
-        values, mismatches = front_matter_values(data, self._front_matter_columns)
+        that does not fit its column's type or size (the column is null, the document is still chunked)."""
+        values, problems = front_matter_values(data, self._front_matter_columns)
         for _, row in rows:
             row.update(values)
         return [
@@ -193,11 +193,11 @@ class DocumentChunker(BundleStep):
                     "doc_id": source.doc_id,
                     "source_uri": source.source_uri,
                     "stage": "parse",
-                    "error_type": FRONT_MATTER_MISMATCH,
+                    "error_type": error_type,
                     "message": message,
                 },
             )
-            for message in mismatches
+            for error_type, message in problems
         ]
 
     def _progress(self, size: int) -> None:

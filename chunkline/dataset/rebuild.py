@@ -196,6 +196,7 @@ def rebuild_fingerprint(config: RunConfig) -> str:
         decisive["front_matter_columns"] = [
             [column.key, column.type, column.column] for column in config.output.promoted_front_matter
         ]
+        decisive["front_matter_max_value_bytes"] = config.output.front_matter_max_value_bytes
     return hashlib.sha256(json.dumps(decisive, sort_keys=True).encode()).hexdigest()
 
 

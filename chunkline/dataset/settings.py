@@ -19,6 +19,7 @@
       keep: 3                        # snapshots kept after a new one is published
       max_deleted_fraction: 0.5      # a run deleting more of the previous snapshot's documents publishes nothing
       front_matter_columns: {}       # front-matter key -> type: typed chunks columns (tags: list<string>)
+      front_matter_max_value_bytes: 65536  # a larger promoted value is null, with an errors row
       storage_options: {}
     run:
       workers: auto                  # auto: every core for a large corpus; 0: in-process; N: N worker processes
@@ -43,7 +44,7 @@ from urllib.parse import quote, unquote
 
 from chunkline.config import CHUNK_ENV_PREFIX, ChunkConfig
 from chunkline.dataset.front_matter_columns import parse_front_matter_columns
-from chunkline.schemas import FrontMatterColumn
+from chunkline.schemas import DEFAULT_FRONT_MATTER_MAX_VALUE_BYTES, FrontMatterColumn
 from chunkline.settings import (
     ConfigError,
     as_mapping,
@@ -152,6 +153,9 @@ class OutputConfig:
     """Front-matter keys promoted to typed ``chunks`` columns: key -> type (``string``, ``list<string>``,
     ``integer``, ``float``, ``boolean``, ``timestamp``), or key -> ``{type: ..., column: NAME}``; see
     :mod:`chunkline.dataset.front_matter_columns`."""
+    front_matter_max_value_bytes: int = DEFAULT_FRONT_MATTER_MAX_VALUE_BYTES
+    """A promoted front-matter value whose JSON text is larger (in UTF-8) is null in its column, with a
+    ``FrontMatterValueTooLarge`` errors row: every chunk of the document carries its promoted values."""
     storage_options: dict[str, Any] = field(default_factory=dict)
     """fsspec storage options for the output; never written anywhere."""
 
@@ -164,12 +168,13 @@ class OutputConfig:
         check_whole_number(self.row_group_rows, "row_group_rows", minimum=1)
         check_whole_number(self.row_group_bytes, "row_group_bytes", minimum=1)
         check_compression(self.compression)
+        check_whole_number(self.front_matter_max_value_bytes, "front_matter_max_value_bytes", minimum=1)
         parse_front_matter_columns(self.front_matter_columns)
 
     @property
     def promoted_front_matter(self) -> tuple[FrontMatterColumn, ...]:
         """The columns ``front_matter_columns`` adds to ``chunks``, in its order (checked when built)."""
-        return parse_front_matter_columns(self.front_matter_columns)
+        return parse_front_matter_columns(self.front_matter_columns, self.front_matter_max_value_bytes)
 
 
 @dataclass(frozen=True)
@@ -250,6 +255,7 @@ class RunConfig:
                     column.key: {"type": column.type, "column": column.column}
                     for column in self.output.promoted_front_matter
                 },
+                "front_matter_max_value_bytes": self.output.front_matter_max_value_bytes,
                 "storage_options": redact(self.output.storage_options),
             },
             "run": {

@@ -7,6 +7,9 @@ follow them."""
 from __future__ import annotations
 
 import copy
+import json
+import subprocess
+import sys
 from datetime import datetime, timezone
 
 import duckdb
@@ -224,3 +227,174 @@ def test_same_columns_carry_over_other_columns_rebuild_and_upsert_every_chunk(pu
     # None at all: the chunks are the built-in columns again.
     assert main(["run", str(corpus), "--output", str(output)]) == 0
     assert not set(rows(output, "chunks")[0]) & set(PROMOTED)
+
+
+# A run over one document whose front matter is a list of about 1 MB, promoted to a list<string> column, in
+# a process of its own: prints the process's peak resident memory in MB.
+_LARGE_LIST_RUN = """\
+import resource, sys
+from chunkline.pipelines.cli import main
+code = main(["run", sys.argv[1], "--output", sys.argv[2], "--config", sys.argv[3]])
+print(code, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+"""
+
+
+@pytest.mark.slow
+def test_a_megabyte_of_promoted_tags_is_null_with_one_row_and_memory_stays_bounded(tmp_path):
+    tags = [f"sensor-{number:07d}" for number in range(70_000)]
+    text = "---\ntags:\n" + "".join(f"  - {tag}\n" for tag in tags) + "---\n# Sensors\n\nEvery sensor on the quay.\n"
+    assert len(text) > 1_000_000
+    corpus = write_files(tmp_path / "corpus", {"sensors.md": text.encode(), **{"guide/wind.md": DOCS["guide/wind.md"]}})
+    config_file = tmp_path / "chunkline.yaml"
+    config_file.write_text("output:\n  front_matter_columns:\n    tags: list<string>\nrun:\n  workers: 0\n")
+    output = tmp_path / "out"
+    finished = subprocess.run(
+        [sys.executable, "-c", _LARGE_LIST_RUN, str(corpus), str(output), str(config_file)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    code, peak_mb = map(int, finished.stdout.split()[-2:])
+    assert code == 0, finished.stderr[-2000:]
+    # Every chunk of the document would carry the megabyte: some 1,000 chunks, gigabytes. Without it the
+    # run peaks near 0.2 GB.
+    assert peak_mb < 1024, f"peak resident memory {peak_mb} MB"
+    assert documents(output)["sensors.md"]["status"] == "ok"
+    chunk_rows = rows_by_doc(output, "chunks")
+    assert len(chunk_rows["sensors.md"]) > 100 and all(row["tags"] is None for row in chunk_rows["sensors.md"])
+    assert all(row["tags"] == ["wind"] for row in chunk_rows["guide/wind.md"])
+    errors = [(row["doc_id"], row["error_type"], row["message"]) for row in rows(output, "errors")]
+    assert [error[:2] for error in errors] == [("sensors.md", "FrontMatterValueTooLarge")]
+    size_bytes = len(json.dumps(tags))
+    assert errors[0][2].startswith(
+        f"front matter 'tags' is a list of {size_bytes:,} bytes as JSON, over the 65,536 bytes"
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Hostile values: every one is a value, or a null and one errors row; the document is always chunked
+# --------------------------------------------------------------------------------------------------
+
+HOSTILE_COLUMNS = """\
+output:
+  front_matter_columns:
+    text_value: string
+    labels: list<string>
+    count: integer
+    ratio: float
+    flag: boolean
+    moment: timestamp
+run:
+  workers: 0
+"""
+
+_HUGE_TEXT = "x" * 70_000
+_LONG_LABELS = "[" + ", ".join(f"label-{number:05d}" for number in range(6_000)) + "]"
+_MISMATCH, _TOO_LARGE = "FrontMatterTypeMismatch", "FrontMatterValueTooLarge"
+
+# doc_id -> (front matter body, {column: expected value, or the error_type of its one errors row})
+HOSTILE_VALUES = {
+    "huge.md": (
+        f"text_value: {_HUGE_TEXT}\nlabels: {_LONG_LABELS}\ncount: 7\nratio: 0.5\nflag: true\nmoment: {_HUGE_TEXT}\n",
+        {"text_value": _TOO_LARGE, "labels": _TOO_LARGE, "count": 7, "ratio": 0.5, "flag": True, "moment": _TOO_LARGE},
+    ),
+    "nested.md": (
+        "".join(
+            f"{key}: {{a: [1, {{b: [c, d]}}], e: {{f: g}}}}\n"
+            for key in ("text_value", "labels", "count", "ratio", "flag", "moment")
+        ),
+        dict.fromkeys(("text_value", "labels", "count", "ratio", "flag", "moment"), _MISMATCH),
+    ),
+    "wrong-type.md": (
+        'text_value: 12\nlabels: [1, two]\ncount: "12"\nratio: "1.5"\nflag: "true"\nmoment: 1714550400\n',
+        dict.fromkeys(("text_value", "labels", "count", "ratio", "flag", "moment"), _MISMATCH),
+    ),
+    "edge-of-range.md": (
+        'text_value: ""\nlabels: []\ncount: 9223372036854775807\nratio: 1.7976931348623157e+308\nflag: no\n'
+        'moment: "0001-01-01T00:00:00-01:00"\n',
+        {
+            "text_value": "",
+            "labels": [],
+            "count": 2**63 - 1,
+            "ratio": 1.7976931348623157e308,
+            "flag": False,
+            "moment": datetime(1, 1, 1, 1, tzinfo=UTC),
+        },
+    ),
+    "past-the-range.md": (
+        "text_value: 2024-05-01\nlabels: [a, null]\ncount: -9223372036854775809\nratio: 1e400\nflag: 1\n"
+        'moment: "9999-12-31T23:30:00-01:00"\n',
+        {
+            "text_value": "2024-05-01",
+            "labels": _MISMATCH,
+            "count": _MISMATCH,
+            "ratio": _MISMATCH,  # YAML 1.1 reads 1e400 (no dot) as text
+            "flag": _MISMATCH,
+            "moment": _MISMATCH,
+        },
+    ),
+    "nan-and-infinities.md": (
+        "text_value: .nan\nlabels: [.inf, -.inf]\ncount: .inf\nratio: .nan\nflag: -.inf\nmoment: .nan\n",
+        {  # JSON-safe front matter holds them as the text "nan", "inf" and "-inf"
+            "text_value": "nan",
+            "labels": ["inf", "-inf"],
+            "count": _MISMATCH,
+            "ratio": _MISMATCH,
+            "flag": _MISMATCH,
+            "moment": _MISMATCH,
+        },
+    ),
+    "huge-numbers.md": (
+        f"text_value: {10**40}\nlabels: {2**64}\ncount: {2**64}\nratio: {10**300}\nflag: {2**64}\nmoment: {10**18}\n",
+        dict.fromkeys(("text_value", "labels", "count", "ratio", "flag", "moment"), _MISMATCH),
+    ),
+    "odd-text.md": (
+        'text_value: "a\\0b\\u200b\\uFFFE\\U0001F4A1"\nlabels: ["\\x7f", "\\u0301", ""]\ncount: "١٢"\n'
+        'ratio: "٣.٥"\nflag: "ｔｒｕｅ"\nmoment: "２０２４-01-01"\n',
+        {
+            "text_value": "a\x00b\u200b\ufffe\U0001f4a1",
+            "labels": ["\x7f", "\u0301", ""],
+            "count": _MISMATCH,
+            "ratio": _MISMATCH,
+            "flag": _MISMATCH,
+            "moment": _MISMATCH,
+        },
+    ),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("beam_args", [[], ["--runner", "FnApiRunner"]], ids=["in-process", "beam"])
+def test_hostile_values_of_every_type_are_a_value_or_a_null_and_one_errors_row(tmp_path, beam_args):
+    files = {
+        doc_id: f"---\n{body}---\n# {doc_id}\n\nThe tide gauge reads the water level.\n".encode()
+        for doc_id, (body, _) in HOSTILE_VALUES.items()
+    }
+    files["latin1.md"] = b"---\ntext_value: caf\xe9\nlabels: [na\xefve]\n---\n# Latin-1\n\nRead with replacement.\n"
+    corpus = write_files(tmp_path / "corpus", files)
+    config_file = tmp_path / "chunkline.yaml"
+    config_file.write_text(HOSTILE_COLUMNS + "input:\n  encoding_errors: replace\n", encoding="utf-8")
+    output = tmp_path / "out"
+    # With --runner, Beam's FnApiRunner in this process: the rows go through the row types Beam builds.
+    assert main(["run", str(corpus), "--output", str(output), "--config", str(config_file), *beam_args]) == 0
+    assert manifest(output)["rebuild"]["runner"] == ("FnApiRunner" if beam_args else "none")
+
+    assert {doc_id: row["status"] for doc_id, row in documents(output).items()} == dict.fromkeys(files, "ok")
+    errors = rows(output, "errors")
+    by_doc = rows_by_doc(output, "chunks")
+    expected_by_doc = {doc_id: expected for doc_id, (_, expected) in HOSTILE_VALUES.items()}
+    expected_by_doc["latin1.md"] = {"text_value": "caf\ufffd", "labels": ["na\ufffdve"]}
+    for doc_id, expected in expected_by_doc.items():
+        for column in ("text_value", "labels", "count", "ratio", "flag", "moment"):
+            wanted = expected.get(column)
+            values = [row[column] for row in by_doc[doc_id]]
+            problems = [
+                row["error_type"]
+                for row in errors
+                if row["doc_id"] == doc_id and row["message"].startswith(f"front matter '{column}'")
+            ]
+            if wanted in (_MISMATCH, _TOO_LARGE):
+                assert set(values) == {None} and problems == [wanted], (doc_id, column, problems)
+            else:
+                assert all(value == wanted for value in values) and problems == [], (doc_id, column, problems)
+    assert all(row["stage"] == "parse" and "\n" not in row["message"] for row in errors)
