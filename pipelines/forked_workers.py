@@ -32,7 +32,7 @@ import time
 import traceback
 from typing import NamedTuple
 
-from chunkline.pipelines.run_folder import RunFolder
+from chunkline.pipelines.run_folder import RunFolder, process_start_time
 
 __all__ = ["WorkerDeath", "WorkerForkServer", "start_fork_server"]
 
@@ -108,6 +108,8 @@ class WorkerForkServer:
         os.close(deaths_write)
         self._deaths = deaths_read
         self._deaths_pending = b""
+        self._workers: dict[int, str | None] = {}
+        """The live workers the server reported, by process id, with their start times."""
 
     @property
     def worker_command(self) -> str:
@@ -115,7 +117,8 @@ class WorkerForkServer:
 
     def worker_deaths(self, timeout_seconds: float) -> list[WorkerDeath]:
         """The workers that ended with a signal or a non-zero status since the last call, waiting up to
-        ``timeout_seconds`` for one; the server itself once it has ended (it stops only when closed)."""
+        ``timeout_seconds`` for news from the server; the server itself once it has ended (it stops only
+        when closed)."""
         if self._deaths < 0:
             return []
         readable, _, _ = select.select([self._deaths], [], [], timeout_seconds)
@@ -127,7 +130,16 @@ class WorkerForkServer:
             self._deaths = -1
             return [WorkerDeath(self._pid, self._server_status(), "fork server")]
         *lines, self._deaths_pending = (self._deaths_pending + data).split(b"\n")
-        return [WorkerDeath(int(pid), int(status)) for pid, status in (line.split() for line in lines)]
+        deaths = []
+        for line in lines:
+            event, pid, value = line.decode().split()
+            if event == "start":
+                self._workers[int(pid)] = value
+                continue
+            self._workers.pop(int(pid), None)
+            if int(value):
+                deaths.append(WorkerDeath(int(pid), int(value)))
+        return deaths
 
     def _server_status(self) -> int:
         deadline = time.monotonic() + 1.0
@@ -151,6 +163,13 @@ class WorkerForkServer:
                 os.kill(self._pid, signal.SIGUSR1)
             except ProcessLookupError:
                 pass
+        # Also from here: a server that was killed has left its workers running, with no one to stop them.
+        for pid, start_time in self._workers.items():
+            if process_start_time(pid) == start_time:  # the worker, not a later process with its id
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
 
     def close(self) -> None:
         """Stop the server (the workers it forked stop when the runner closes their control channel)."""
@@ -243,6 +262,7 @@ def _serve(server: socket.socket, driver_pid: int, deaths_fd: int, directory: st
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, driver_signals)
                 _run_worker(connection)  # never returns
             workers.add(pid)
+            _tell(deaths_fd, f"start {pid} {process_start_time(pid)}")
             signal.pthread_sigmask(signal.SIG_UNBLOCK, driver_signals)
             connection.close()
         # The driver is gone, killed before it could close the server: its workers have no runner, and
@@ -260,6 +280,13 @@ def _serve(server: socket.socket, driver_pid: int, deaths_fd: int, directory: st
     _reap(workers, None, block_seconds=10)
 
 
+def _tell(driver_fd: int, event: str) -> None:
+    try:
+        os.write(driver_fd, f"{event}\n".encode())
+    except OSError:  # the driver closed its end
+        pass
+
+
 def _kill(workers: set[int]) -> None:
     for pid in workers:  # children not reaped yet: the ids cannot have been reused
         try:
@@ -269,8 +296,7 @@ def _kill(workers: set[int]) -> None:
 
 
 def _reap(workers: set[int], deaths_fd: int | None, block_seconds: float = 0) -> None:
-    """Reap the workers that ended; with ``deaths_fd``, report those that ended with a signal or a
-    non-zero status to the driver."""
+    """Reap the workers that ended; with ``deaths_fd``, report them to the driver."""
     deadline = time.monotonic() + block_seconds
     while True:
         try:
@@ -279,11 +305,8 @@ def _reap(workers: set[int], deaths_fd: int | None, block_seconds: float = 0) ->
             return
         if pid:
             workers.discard(pid)
-            if status and deaths_fd is not None:
-                try:
-                    os.write(deaths_fd, f"{pid} {status}\n".encode())
-                except OSError:  # the driver closed its end
-                    pass
+            if deaths_fd is not None:
+                _tell(deaths_fd, f"end {pid} {status}")
             continue
         if time.monotonic() >= deadline:
             return

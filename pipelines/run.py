@@ -76,7 +76,7 @@ from chunkline.dataset.staged import (
     staged_counts,
 )
 from chunkline.dataset.storage import scrub_secrets
-from chunkline.pipelines.run_folder import RunFolder
+from chunkline.pipelines.run_folder import RunFolder, remove_abandoned_run_folders
 from chunkline.pipelines.worker_watchdog import WorkerWatchdog
 from chunkline.settings import ConfigError
 
@@ -525,6 +525,7 @@ def run_pipeline(config: RunConfig, beam_args: list[str] | None = None, *, fork_
     published dataset is left untouched."""
     global _pipelines_started_here
     check_output_location(config)
+    remove_abandoned_run_folders()  # of runs killed before they could remove them
     map_large_allocations()  # before any worker is forked from this process, which inherits it
     output_url = config.output.url or ""
     storage_options = config.output.storage_options

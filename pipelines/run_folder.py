@@ -15,7 +15,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-__all__ = ["RUN_FOLDER_PREFIXES", "RunFolder", "remove_abandoned_run_folders", "write_owner"]
+__all__ = ["RUN_FOLDER_PREFIXES", "RunFolder", "process_start_time", "remove_abandoned_run_folders", "write_owner"]
 
 RUN_FOLDER_PREFIX = "chunkline-run-"
 RUN_FOLDER_PREFIXES = (RUN_FOLDER_PREFIX, "chunkline-workers-")
@@ -24,7 +24,7 @@ own folder)."""
 _OWNER_FILE = "owner.json"
 
 
-def _start_time(pid: int) -> str | None:
+def process_start_time(pid: int) -> str | None:
     """The start time of process ``pid`` in clock ticks since boot (Linux's /proc), None where unknown."""
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
@@ -43,14 +43,14 @@ def _alive(owner: dict) -> bool:
     except PermissionError:  # another user's process
         return True
     recorded = owner.get("start_time")
-    current = _start_time(pid)
+    current = process_start_time(pid)
     return recorded is None or current is None or recorded == current
 
 
 def write_owner(folder: str, pid: int | None = None) -> None:
     """Record process ``pid`` (this one by default) as the owner of ``folder``."""
     pid = os.getpid() if pid is None else pid
-    Path(folder, _OWNER_FILE).write_text(json.dumps({"pid": pid, "start_time": _start_time(pid)}))
+    Path(folder, _OWNER_FILE).write_text(json.dumps({"pid": pid, "start_time": process_start_time(pid)}))
 
 
 def remove_abandoned_run_folders(parent: str | None = None) -> list[str]:
@@ -77,10 +77,9 @@ def remove_abandoned_run_folders(parent: str | None = None) -> list[str]:
 
 class RunFolder:
     """A folder only this user can open, owned by this process, removed by :meth:`close` (or as a context
-    manager); abandoned folders of earlier runs are removed when one is made."""
+    manager)."""
 
     def __init__(self, prefix: str = RUN_FOLDER_PREFIX) -> None:
-        remove_abandoned_run_folders()
         self.path = tempfile.mkdtemp(prefix=prefix)
         write_owner(self.path)
 
