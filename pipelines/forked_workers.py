@@ -19,6 +19,7 @@ non-zero status while it serves, which is how the driver learns that a worker di
 
 from __future__ import annotations
 
+import ctypes
 import json
 import logging
 import os
@@ -253,8 +254,10 @@ def _serve(server: socket.socket, driver_pid: int, deaths_fd: int, directory: st
                 continue
             # A stop between the fork and the bookkeeping would miss the new worker.
             signal.pthread_sigmask(signal.SIG_BLOCK, driver_signals)
+            server_pid = os.getpid()
             pid = os.fork()
             if pid == 0:
+                _die_with(server_pid)
                 server.close()
                 os.close(deaths_fd)
                 for signum in driver_signals:
@@ -278,6 +281,20 @@ def _serve(server: socket.socket, driver_pid: int, deaths_fd: int, directory: st
     # The workers have stopped or are stopping (the runner closed their control channels, or they were
     # killed): reaped here, their CPU time counts as the run's.
     _reap(workers, None, block_seconds=10)
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with(parent_pid: int) -> None:
+    """Have the kernel kill this worker when its parent, the fork server, ends: a server killed together
+    with its driver would otherwise leave the workers running with no one to stop them."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent_pid:  # the parent ended before the request took effect
+        os._exit(1)
 
 
 def _tell(driver_fd: int, event: str) -> None:

@@ -134,3 +134,8 @@ def test_a_killed_driver_leaves_nothing_in_the_temporary_folder_after_the_next_r
     remaining = {entry.name for entry in temporary.iterdir()}
     assert not remaining & left_by_run
     assert not [name for name in remaining if name.startswith(("chunkline-", "beam-pipeline-temp"))]
+    # Nor any of its processes: workers, the runner's worker commands, the fork server.
+    deadline = time.monotonic() + FAULT_BOUND_SECONDS
+    while leftovers := fault_run.leftover_processes([str(corpus), *left_by_run]):
+        assert time.monotonic() < deadline, leftovers
+        time.sleep(0.1)

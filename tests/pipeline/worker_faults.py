@@ -165,5 +165,20 @@ class WorkerFaultRun:
                 pass
         self.process.wait()
 
+    def leftover_processes(self, marks: list[str]) -> list[str]:
+        """The command lines of live processes other than this one's that hold any of ``marks`` (a
+        corpus's path, a run folder's name): what a killed run may have left running."""
+        leftovers = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                continue
+            try:
+                command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if _is_live(int(entry.name)) and any(mark in command for mark in marks):
+                leftovers.append(f"{entry.name}: {command[:200]}")
+        return leftovers
+
     def output(self) -> str:
         return self.log.read_text(errors="replace")
