@@ -64,6 +64,7 @@ class WorkerDeath(NamedTuple):
     role: str = "worker process"
 
     def describe(self) -> str:
+        """Which process ended and how: ``worker process 4242 was killed by signal SIGKILL``."""
         if os.WIFSIGNALED(self.wait_status):
             number = os.WTERMSIG(self.wait_status)
             try:
@@ -92,8 +93,14 @@ class WorkerForkServer:
         self.socket_path = os.path.join(self._directory, "fork.sock")
         driver_pid = os.getpid()
         server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        server.bind(self.socket_path)
-        server.listen(64)
+        try:
+            server.bind(self.socket_path)
+            server.listen(64)
+        except OSError:
+            server.close()
+            if self._own_folder is not None:
+                self._own_folder.close()
+            raise
         deaths_read, deaths_write = os.pipe()
         self._pid = os.fork()
         if self._pid == 0:  # the fork server: a copy of this process, which imported Beam and chunkline

@@ -522,7 +522,10 @@ def run_pipeline(config: RunConfig, beam_args: list[str] | None = None, *, fork_
     With ``fork_workers`` (the ``chunkline`` command's choice), worker processes are forked from this
     process when that is safe (see :func:`_may_fork_workers`), which saves each the import of Beam and
     chunkline; otherwise Beam starts them. If the pipeline fails, what it wrote is removed and the
-    published dataset is left untouched."""
+    published dataset is left untouched. A forked worker that dies while the pipeline runs stops it at once
+    (:class:`~chunkline.pipelines.worker_watchdog.WorkerDiedError`). Files the run keeps on local disk live in
+    a folder of its own in the temporary folder (:mod:`chunkline.pipelines.run_folder`), removed at the end or,
+    after a driver killed outright, by its fork server or the next run."""
     global _pipelines_started_here
     check_output_location(config)
     remove_abandoned_run_folders()  # of runs killed before they could remove them
