@@ -437,6 +437,7 @@ def _run_command(arguments: argparse.Namespace) -> int:
     from chunkline.dataset.rebuild import PublishRefusedError
     from chunkline.dataset.settings import load_run_config
     from chunkline.pipelines.run import run_pipeline
+    from chunkline.pipelines.worker_watchdog import WorkerDiedError
 
     overrides = list(arguments.overrides)
     if arguments.workers is not None:
@@ -453,7 +454,7 @@ def _run_command(arguments: argparse.Namespace) -> int:
     try:
         with _collector_frozen():
             summary = run_pipeline(config, arguments.beam_args, fork_workers=_fork_workers)
-    except PublishRefusedError as error:  # the run failed on purpose and published nothing
+    except (PublishRefusedError, WorkerDiedError) as error:  # the run failed and published nothing
         print(f"chunkline: error: {error}", file=sys.stderr)
         return 1
     print(summary.describe())

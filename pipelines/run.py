@@ -40,8 +40,11 @@ from __future__ import annotations
 
 import logging
 import posixpath
+import shutil
+import tempfile
 import threading
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -73,6 +76,8 @@ from chunkline.dataset.staged import (
     staged_counts,
 )
 from chunkline.dataset.storage import scrub_secrets
+from chunkline.pipelines.run_folder import RunFolder, remove_abandoned_run_folders
+from chunkline.pipelines.worker_watchdog import WorkerWatchdog
 from chunkline.settings import ConfigError
 
 if TYPE_CHECKING:  # Beam is imported only by a run that builds a pipeline
@@ -522,12 +527,20 @@ def _may_fork_workers(fork_workers: bool) -> bool:
     return fork_workers and not _pipelines_started_here and threading.active_count() == 1
 
 
-def start_fork_server() -> WorkerForkServer:
+def start_fork_server(directory: str) -> WorkerForkServer | None:
     """:func:`chunkline.pipelines.forked_workers.start_fork_server`, imported only by a run that forks its
     worker processes (a run chunked in process never does)."""
     from chunkline.pipelines.forked_workers import start_fork_server as start
 
-    return start()
+    return start(directory)
+
+
+def _keep_local_files_in(pipeline: beam.Pipeline, folder: str) -> None:
+    """Move the pipeline's local temporary folder (made in the temporary folder when the pipeline is
+    built, and removed when it finishes) into the run's own folder, so that a driver killed midway leaves it
+    where the next run finds it (:mod:`chunkline.pipelines.run_folder`)."""
+    shutil.rmtree(pipeline.local_tempdir, ignore_errors=True)
+    pipeline.local_tempdir = tempfile.mkdtemp(prefix="beam-pipeline-temp", dir=folder)
 
 
 def run_pipeline(config: RunConfig, beam_args: list[str] | None = None, *, fork_workers: bool = False) -> RunSummary:
@@ -536,9 +549,13 @@ def run_pipeline(config: RunConfig, beam_args: list[str] | None = None, *, fork_
     With ``fork_workers`` (the ``chunkline`` command's choice), worker processes are forked from this
     process when that is safe (see :func:`_may_fork_workers`), which saves each the import of Beam and
     chunkline; otherwise Beam starts them. If the pipeline fails, what it wrote is removed and the
-    published dataset is left untouched."""
+    published dataset is left untouched. A forked worker that dies while the pipeline runs stops it at once
+    (:class:`~chunkline.pipelines.worker_watchdog.WorkerDiedError`). Files the run keeps on local disk live in
+    a folder of its own in the temporary folder (:mod:`chunkline.pipelines.run_folder`), removed at the end or,
+    after a driver killed outright, by its fork server or the next run."""
     global _pipelines_started_here
     check_output_location(config)
+    remove_abandoned_run_folders()  # of runs killed before they could remove them
     map_large_allocations()  # before any worker is forked from this process, which inherits it
     output_url = config.output.url or ""
     storage_options = config.output.storage_options
@@ -553,6 +570,7 @@ def run_pipeline(config: RunConfig, beam_args: list[str] | None = None, *, fork_
     )
     metric_counts = None
     fork_server = None
+    run_folder = None
     try:
         previous = _previous_state(config)
         plan = _plan(config, previous, listing)
@@ -565,14 +583,16 @@ def run_pipeline(config: RunConfig, beam_args: list[str] | None = None, *, fork_
         if not in_process:
             import apache_beam as beam
 
+            run_folder = RunFolder()
             if not _runner_given(list(beam_args or [])) and config.run.workers > 0:
-                fork_server = start_fork_server() if _may_fork_workers(fork_workers) else None
+                fork_server = start_fork_server(run_folder.path) if _may_fork_workers(fork_workers) else None
                 logger.info(
                     "chunkline: worker processes %s",
                     "forked from this process" if fork_server is not None else "started by Beam",
                 )
             runner, options = _pipeline_options(config, list(beam_args or []), fork_server)
             pipeline = beam.Pipeline(runner=runner, options=options)
+            _keep_local_files_in(pipeline, run_folder.path)
             build_pipeline(pipeline, config, run_id, plan)
         logger.info("chunkline: run %s reading %s", run_id, ", ".join(config.input.paths))
         try:
@@ -580,7 +600,8 @@ def run_pipeline(config: RunConfig, beam_args: list[str] | None = None, *, fork_
                 _run_in_process(config, run_id, plan)
             else:
                 _pipelines_started_here = True
-                result = pipeline.run()
+                with WorkerWatchdog(fork_server) if fork_server is not None else nullcontext():
+                    result = pipeline.run()
                 _wait_with_progress(result)
                 metric_counts = run_counts(result)
         except BaseException:
@@ -605,6 +626,8 @@ def run_pipeline(config: RunConfig, beam_args: list[str] | None = None, *, fork_
     finally:
         if fork_server is not None:  # a run that failed before its pipeline ran
             fork_server.close()
+        if run_folder is not None:
+            run_folder.close()
         lock.release()
     total_seconds = time.perf_counter() - started
     # The staged files were counted: a snapshot without error rows has none to read back.
