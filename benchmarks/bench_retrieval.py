@@ -21,8 +21,8 @@ Question sets (``--sets``)
 --------------------------
 
 ``chroma``
-    ``../shared/retrieval`` beside the repository: Chroma's chunking evaluation ("Evaluating Chunking
-    Strategies for Retrieval", Smith and Troynikov, 2024), 297 questions with exact reference character
+    The folder given with ``--retrieval`` (the published figures: ``--retrieval ../shared/retrieval``):
+    Chroma's chunking evaluation ("Evaluating Chunking Strategies for Retrieval", Smith and Troynikov, 2024), 297 questions with exact reference character
     ranges over three plain-text corpora (wikitexts, finance, chatlogs; no headings). As in Chroma's own
     evaluation, the three corpora are chunked into one index and every question searches all of it. The
     set is read with ``chunkline.evaluation.questions.load_questions`` (doc ids ``<corpus_id>.md``); a
@@ -169,7 +169,6 @@ from chunkline import ChunkConfig, ConfigError, load_chunk_config
 from chunkline.tokenizers import load_encoding
 
 REPOSITORY = Path(__file__).resolve().parents[1]
-DEFAULT_RETRIEVAL = REPOSITORY / ".." / "shared" / "retrieval"
 DEFAULT_CORPUS = REPOSITORY / "sample_corpus"
 ENCODING_NAME = "cl100k_base"
 SEMANTIC_MODEL = "gpt-3.5-turbo"  # tiktoken-rs maps it to cl100k_base
@@ -1008,7 +1007,9 @@ def budget_list(value: str) -> list[int]:
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sets", type=comma_list, default=list(SETS), help="question sets (default: chroma,markdown)")
+    parser.add_argument(
+        "--sets", type=comma_list, help="question sets (default: markdown, and chroma when --retrieval is given)"
+    )
     parser.add_argument("--systems", type=comma_list, help="names or shell patterns of the rows (default: all)")
     parser.add_argument("--embedders", type=comma_list, default=list(EMBEDDERS), help="default: wordllama,bm25")
     parser.add_argument("--budgets", type=budget_list, default=list(BUDGETS_TOKENS), help="default: 1024,2048")
@@ -1039,13 +1040,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         metavar="VARIANT",
         help="extra chunkline rows: 'a=1;b=2' is one, 'min_tokens=32/64/128' three",
     )
-    parser.add_argument("--retrieval", type=Path, default=DEFAULT_RETRIEVAL, help="the Chroma question set folder")
+    parser.add_argument("--retrieval", type=Path, help="the folder of Chroma's chunking evaluation (the chroma set)")
     parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS, help="the markdown corpus folder")
     parser.add_argument("--format", choices=("text", "markdown", "json"), default="text")
     parser.add_argument("--markdown", action="store_true", help="the same as --format markdown")
     args = parser.parse_args(argv)
     if args.markdown:
         args.format = "markdown"
+    if args.sets is None:
+        args.sets = ["chroma", "markdown"] if args.retrieval is not None else ["markdown"]
     for name in args.sets:
         if name not in SETS:
             parser.error(f"unknown set {name!r}; sets: {', '.join(SETS)}")
@@ -1059,6 +1062,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     folders = {"chroma": (args.retrieval, "--retrieval"), "markdown": (args.corpus, "--corpus")}
     for name in args.sets:
         folder, option = folders[name]
+        if folder is None:
+            parser.error(f"the {name} set needs its folder: pass it with {option} PATH")
         if not folder.is_dir():
             parser.error(f"the {name} set's folder {folder.resolve()} is missing; pass it with {option} PATH")
     return args

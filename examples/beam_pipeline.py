@@ -1,7 +1,7 @@
 """Chunk markdown in a Beam pipeline of your own, with a step of yours, and publish chunkline's dataset.
 
     python examples/beam_pipeline.py sample_corpus out/beam-sample
-    python examples/beam_pipeline.py docs/ gs://bucket/chunks --config chunkline.yaml --set max_tokens=256 \\
+    python examples/beam_pipeline.py docs/ gs://bucket/chunks --config configs/object-storage.yaml --set max_tokens=256 \\
         --runner DataflowRunner --project P --region R --temp_location gs://bucket/tmp
 
 read -> chunk -> your own step -> write and publish. The dataset it publishes is the one ``chunkline run``

@@ -19,7 +19,7 @@ loaders take one as ``embedder=``; swap in your own model the same way, for exam
 
 ``wordllama`` is chunkline's own retrieval model (``chunkline evaluate`` ranks with it), loaded from its
 installed wheel by :func:`chunkline.evaluation.retrieval.load_wordllama_embedder` with downloads disabled:
-it never reaches the network. It needs ``pip install 'chunkline[evaluate]'`` (or ``wordllama`` alone).
+it never reaches the network. It needs ``pip install -e '.[evaluate]'`` in chunkline's folder (or ``wordllama`` alone).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ Three transforms make the pipeline ``chunkline run`` runs; any step of your own 
     from chunkline.dataset.settings import load_run_config
     from chunkline.transforms import ChunkMarkdown, ReadMarkdown, WriteChunkDataset
 
-    config = load_run_config("chunkline.yaml", inputs=["docs/"], output="gs://bucket/chunks")
+    config = load_run_config("configs/default.yaml", inputs=["sample_corpus"], output="out/my-pipeline")
     with beam.Pipeline(options=...) as pipeline:
         chunked = pipeline | ReadMarkdown(config) | ChunkMarkdown(config)
         kept = chunked.chunks | beam.Filter(lambda chunk: chunk.token_count > 0)   # your own step

@@ -252,7 +252,7 @@ class WordLlamaTextEmbeddings(EmbeddingsManager):
 
     Each chunk's ``content.text`` is embedded into ``chunk.embedding.dense_embedding``, as Beam's
     ``HuggingfaceTextEmbeddings`` does. Keyword arguments are ``EmbeddingsManager``'s (``min_batch_size``,
-    ``max_batch_size``). Needs the ``wordllama`` package (``pip install 'chunkline[evaluate]'``).
+    ``max_batch_size``). Needs the ``wordllama`` package (``pip install -e '.[evaluate]'`` in chunkline's folder).
     """
 
     def __init__(self, **kwargs: Any):

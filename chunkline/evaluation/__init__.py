@@ -8,8 +8,8 @@
 - :mod:`chunkline.evaluation.corpus`: the corpus, read as ``chunkline run`` reads it.
 - :mod:`chunkline.evaluation.evaluate`: :func:`evaluate_configs`, every config with every retriever.
 
-The embedder and BM25 need the ``evaluate`` extra (``pip install 'chunkline[evaluate]'``); the questions
-and the metrics need nothing beyond chunkline itself. The names below load on first use.
+The embedder and BM25 need the ``evaluate`` extra (``pip install -e '.[evaluate]'`` in chunkline's folder);
+the questions and the metrics need nothing beyond chunkline itself. The names below load on first use.
 """
 
 from __future__ import annotations
