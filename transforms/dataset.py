@@ -36,6 +36,7 @@ from fsspec.core import url_to_fs
 
 from chunkline.dataset.layout import snapshot_url
 from chunkline.dataset.lock import ConcurrentRunError
+from chunkline.dataset.process_hooks import NO_PROCESS_HOOKS, ProcessHooks
 from chunkline.dataset.publish import acquire_output_lock, publish_run, read_manifest
 from chunkline.dataset.rebuild import InputListing, RebuildPlan, plan_rebuild, write_shard_plans
 from chunkline.dataset.settings import RunConfig
@@ -176,7 +177,8 @@ class WriteChunkDataset(beam.PTransform):
     must be read (``ReadMarkdown(config, matched=plan.to_chunk)``); the plan's files for the merges are
     written into the run's staging area when the transform is applied. Without one the run is a full rebuild,
     its ``changes/`` against the snapshot published when the transform was built. ``run_id`` names the
-    snapshot (a new one by default: build a new transform for each run)."""
+    snapshot (a new one by default: build a new transform for each run). ``process_hooks`` is for a program
+    that owns its process (:mod:`chunkline.dataset.process_hooks`); by default the steps leave it alone."""
 
     takes_chunk_markdown_result = True
 
@@ -187,6 +189,7 @@ class WriteChunkDataset(beam.PTransform):
         plan: RebuildPlan | None = None,
         run_id: str | None = None,
         publish: bool = True,
+        process_hooks: ProcessHooks = NO_PROCESS_HOOKS,
     ):
         super().__init__()
         if not isinstance(config, RunConfig):
@@ -196,6 +199,7 @@ class WriteChunkDataset(beam.PTransform):
         self._config = config
         self.run_id = run_id or new_run_id()
         self._publish = publish
+        self._process_hooks = process_hooks
         if not publish:
             self.plan, self._base_snapshot = plan or RebuildPlan("full", ""), None
         elif plan is None:
@@ -209,7 +213,7 @@ class WriteChunkDataset(beam.PTransform):
     @property
     def settings(self) -> WriteSettings:
         """Where and how the sink writes this run's tables."""
-        return write_settings_for(self._config, self.run_id, self.plan)
+        return write_settings_for(self._config, self.run_id, self.plan, self._process_hooks)
 
     def _write_shard_plans(self) -> None:
         """An incremental run's ``keep-<shard>.json`` files, written into the run's staging area by the
