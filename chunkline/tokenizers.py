@@ -9,8 +9,10 @@ Beam workers are often offline, so chunkline never lets it: the rank file is tak
 and checked against the sha256 that tiktoken itself expects for that encoding. The encoding is built with
 tiktoken's public ``tiktoken.Encoding`` from those ranks and the split pattern and special tokens that
 tiktoken's own constructor passes (a test holds them equal), so it is the same encoding
-``tiktoken.get_encoding`` would return; nothing of tiktoken's modules is touched while it loads. An encoding whose file cannot be found locally fails with
-a :class:`TokenizerUnavailableError` that says where to get the file and which setting to point at it.
+``tiktoken.get_encoding`` would return; nothing of tiktoken's modules is touched while it loads. The
+encodings offered are tiktoken's own (:func:`available_encodings`; not the legacy ``gpt2``, nor an encoding
+another package adds to tiktoken). An encoding whose file cannot be found locally fails with a
+:class:`TokenizerUnavailableError` that says where to get the file and which setting to point at it.
 
 Each ``(encoding, file)`` pair is loaded once per process and cached.
 
