@@ -5,7 +5,7 @@ Three measurements, each a ratio of two things timed side by side in the same ru
 rounds whose order alternates):
 
 1. **in-process pipeline vs a plain loop**: ``chunkline run`` in this process (``run.workers: 0`` and no
-   Beam argument: the run's steps without a runner) over the corpus, end to end (matching, reading, chunking, writing and publishing Parquet), against a Python loop
+   Beam argument: the run's steps without a runner, with the command's process tuning) over the corpus, end to end (matching, reading, chunking, writing and publishing Parquet), against a Python loop
    that reads the same files and calls ``chunk_markdown`` on each (and writes nothing).
 2. **the default run, in-process (without and on Beam), 1 and 2 worker processes**: the ``chunkline run`` command as a whole
    process (start-up included, as a user runs it) by default (``run.workers: auto``), with ``--workers 0``
@@ -45,10 +45,12 @@ DEFAULT_CORPUS = REPO / "sample_corpus"
 _RUN_SNIPPET = """
 import sys, time
 from chunkline.dataset.settings import load_run_config
+from chunkline.pipelines.process_tuning import RUN_PROCESS_TUNING, map_large_allocations
 from chunkline.pipelines.run import run_pipeline
 config = load_run_config(None, sys.argv[3:], environ={}, inputs=[sys.argv[1]], output=sys.argv[2])
+map_large_allocations()  # tuned as the chunkline program tunes its process
 started = time.perf_counter()
-summary = run_pipeline(config)
+summary = run_pipeline(config, process_hooks=RUN_PROCESS_TUNING)
 print(time.perf_counter() - started, summary.chunks, summary.documents_ok + summary.documents_error)
 """
 

@@ -7,34 +7,52 @@ text and the tokenizer, and an encoding that fails on the thread is dropped, so 
 text itself where it always did and fails there alike.
 
 Used only where it can pay: a counter that encodes without the GIL, a document large enough to outweigh
-handing it over, and a process with a core to spare (:func:`encode_ahead_default`). No Beam here.
+handing it over, and a process with a core to spare (:func:`encode_ahead_default`). The thread belongs to
+one document: it is started for it and joined before :func:`parse_encoding_ahead` returns (or raises), so
+no thread of chunkline's outlives the call that started it. No Beam here.
 """
 
 from __future__ import annotations
 
-import os
 import threading
-from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 
 from chunkline.cores import available_cores
+from chunkline.structure import MarkdownDocument, parse_markdown
 from chunkline.token_offsets import TokenOffsets
 from chunkline.tokenizers import TokenCounter
 
-__all__ = ["MIN_CHARS_AHEAD", "PendingOffsets", "encode_ahead_default", "start_encoding"]
+__all__ = ["MIN_CHARS_AHEAD", "PendingOffsets", "encode_ahead_default", "parse_encoding_ahead", "start_encoding"]
 
 MIN_CHARS_AHEAD = 65_536
 """Documents shorter than this (in characters) are encoded where the engine needs them. Handing a document
-to the thread and back costs wake-ups of a sleeping thread and GIL hand-overs (about 0.2 ms a round trip on
-a 2-core virtual machine), and the two threads slow each other down: on the text of ../shared/corpus cut
-into 8 KB and 32 KB documents, chunking with the thread ran 0.97x and 0.95x as fast as without it; 128 KB and
-512 KB documents ran 1.11x and 1.27x as fast (``benchmarks/bench_chunking.py --encode-ahead``, medians of 5)."""
+to the thread and back costs a thread's start and GIL hand-overs (about 0.2 ms a round trip on a 2-core
+virtual machine), and the two threads slow each other down: on the text of ../shared/corpus cut into 8 KB
+and 32 KB documents, chunking with the thread ran 0.97x and 0.95x as fast as without it; 128 KB and 512 KB
+documents ran 1.11x and 1.27x as fast (``benchmarks/bench_chunking.py --encode-ahead``, medians of 5)."""
 
-_pool: ThreadPoolExecutor | None = None
-_pool_lock = threading.Lock()
+THREAD_NAME = "chunkline-encode"
 
-PendingOffsets = Callable[[], "TokenOffsets | None"]
-"""Waits for the offsets encoded ahead; ``None`` when the encoding failed (the engine then encodes)."""
+
+class PendingOffsets:
+    """The token offsets of one text, being encoded on a thread of their own; calling it waits for them
+    (``None`` when the encoding failed: the engine then encodes the text itself)."""
+
+    __slots__ = ("_offsets", "_thread")
+
+    def __init__(self, text: str, counter: TokenCounter):
+        self._offsets: TokenOffsets | None = None
+        self._thread = threading.Thread(target=self._encode, args=(text, counter), name=THREAD_NAME, daemon=True)
+        self._thread.start()
+
+    def _encode(self, text: str, counter: TokenCounter) -> None:
+        try:
+            self._offsets = TokenOffsets(text, 0, len(text), counter)
+        except Exception:  # the engine encodes the text itself and reports the failure where it always did
+            self._offsets = None
+
+    def __call__(self) -> TokenOffsets | None:
+        self._thread.join()
+        return self._offsets
 
 
 def encode_ahead_default() -> bool:
@@ -43,36 +61,23 @@ def encode_ahead_default() -> bool:
 
 
 def start_encoding(text: str, counter: TokenCounter) -> PendingOffsets | None:
-    """Start encoding the token offsets of all of ``text`` on the encoding thread; ``None`` (nothing
-    started) for a text under :data:`MIN_CHARS_AHEAD` or a counter that holds the GIL while it encodes."""
+    """Start encoding the token offsets of all of ``text`` on a thread of its own; ``None`` (nothing
+    started) for a text under :data:`MIN_CHARS_AHEAD` or a counter that holds the GIL while it encodes.
+    The caller waits for the result (calling it) before it returns, whatever happens meanwhile."""
     if len(text) < MIN_CHARS_AHEAD or not getattr(counter, "encodes_without_gil", False):
         return None
-    future = _thread_pool().submit(TokenOffsets, text, 0, len(text), counter)
-    return lambda: _result(future)
+    return PendingOffsets(text, counter)
 
 
-def _result(future: Future[TokenOffsets]) -> TokenOffsets | None:
+def parse_encoding_ahead(
+    text: str, parser: str, counter: TokenCounter, encode_ahead: bool
+) -> tuple[MarkdownDocument, TokenOffsets | None]:
+    """``text`` parsed with ``parser``, and with ``encode_ahead`` its token offsets encoded on a second
+    thread meanwhile (``None`` when they were not, or their encoding failed). The thread is joined before
+    this returns or raises."""
+    pending = start_encoding(text, counter) if encode_ahead else None
     try:
-        return future.result()
-    except Exception:  # the engine encodes the text itself and reports the failure where it always did
-        return None
-
-
-def _thread_pool() -> ThreadPoolExecutor:
-    """The process's one encoding thread, started on first use."""
-    global _pool
-    if _pool is None:
-        with _pool_lock:
-            if _pool is None:
-                _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="chunkline-encode")
-    return _pool
-
-
-def _forget_pool_in_child() -> None:
-    """A forked child has none of its parent's threads: it starts its own pool when it needs one."""
-    global _pool, _pool_lock
-    _pool = None
-    _pool_lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_pool_in_child)
+        document = parse_markdown(text, parser)
+    finally:
+        offsets = pending() if pending is not None else None
+    return document, offsets

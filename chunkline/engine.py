@@ -11,11 +11,11 @@ from collections.abc import Sequence
 from chunkline.config import ChunkConfig, ConfigError
 from chunkline.context import ChunkContext
 from chunkline.embed_text import NO_CONTEXT, EmbedText, embed_text_for, heading_paths_of
-from chunkline.encode_ahead import encode_ahead_default, start_encoding
+from chunkline.encode_ahead import encode_ahead_default, parse_encoding_ahead
 from chunkline.fragments import merge_fragments
 from chunkline.record import Chunk, ChunkSpan, chunk_uuid
 from chunkline.registry import Strategy, get_strategy
-from chunkline.structure import MarkdownDocument, Section, parse_markdown, section_paths, sections_by_pattern
+from chunkline.structure import MarkdownDocument, Section, section_paths, sections_by_pattern
 from chunkline.token_offsets import TokenOffsets
 from chunkline.tokenizers import TokenCounter, counter_for
 
@@ -45,22 +45,14 @@ def chunk_markdown(
 
     ``encode_ahead`` encodes a large document's tokens on a second thread while this one parses it
     (:mod:`chunkline.encode_ahead`); by default, when the process may run on more than one core. The chunks
-    are the same either way.
+    are the same either way, and the thread is joined before this returns.
     """
     config = config or ChunkConfig()
     counter = counter_for(config)
     if encode_ahead is None:
         encode_ahead = encode_ahead_default()
-    pending = start_encoding(text, counter) if encode_ahead else None
-    document = parse_markdown(text, config.parser)
-    return chunk_document(
-        document,
-        config,
-        counter,
-        doc_id=doc_id,
-        source_uri=source_uri,
-        offsets=pending() if pending is not None else None,
-    )
+    document, offsets = parse_encoding_ahead(text, config.parser, counter, encode_ahead)
+    return chunk_document(document, config, counter, doc_id=doc_id, source_uri=source_uri, offsets=offsets)
 
 
 def chunk_document(

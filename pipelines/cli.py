@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import gc
 import json
 import logging
 import os
@@ -40,7 +39,7 @@ import sys
 import time
 import traceback
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
@@ -50,6 +49,7 @@ from chunkline import __version__
 # and a usage error answer at once; Beam only by a run that builds a pipeline.
 if TYPE_CHECKING:
     from chunkline.config import ChunkConfig
+    from chunkline.dataset.process_hooks import ProcessHooks
     from chunkline.dataset.settings import RunConfig
     from chunkline.record import Chunk
 
@@ -436,6 +436,7 @@ def _configure_logging() -> None:
 def _run_command(arguments: argparse.Namespace) -> int:
     from chunkline.dataset.rebuild import PublishRefusedError
     from chunkline.dataset.settings import load_run_config
+    from chunkline.pipelines.process_tuning import collector_frozen
     from chunkline.pipelines.run import run_pipeline
     from chunkline.pipelines.worker_watchdog import WorkerDiedError
 
@@ -452,8 +453,10 @@ def _run_command(arguments: argparse.Namespace) -> int:
     arguments.secrets = tuple(config.secrets())
     _check_before_running(config)
     try:
-        with _collector_frozen():
-            summary = run_pipeline(config, arguments.beam_args, fork_workers=_fork_workers)
+        with collector_frozen():
+            summary = run_pipeline(
+                config, arguments.beam_args, fork_workers=_fork_workers, process_hooks=_run_process_hooks()
+            )
     except (PublishRefusedError, WorkerDiedError) as error:  # the run failed and published nothing
         print(f"chunkline: error: {error}", file=sys.stderr)
         return 1
@@ -464,19 +467,27 @@ def _run_command(arguments: argparse.Namespace) -> int:
     return 0
 
 
-@contextmanager
-def _collector_frozen() -> Iterator[None]:
-    """The garbage collector's view of the objects made so far (the imported modules, the config), frozen
-    for the run and given back after it: its collections then walk only what the run itself makes. A
-    program whose collector is off, or that froze objects of its own, is left as it is."""
-    if not gc.isenabled() or gc.get_freeze_count():
-        yield
-        return
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
+def _run_process_hooks() -> ProcessHooks:
+    """The tuning of :mod:`chunkline.pipelines.process_tuning` in the ``chunkline`` program, which owns its
+    process (set before any worker is forked, so that the workers inherit it); none for a program that
+    calls :func:`main`, whose process is its own."""
+    from chunkline.dataset.process_hooks import NO_PROCESS_HOOKS
+    from chunkline.pipelines.process_tuning import RUN_PROCESS_TUNING, map_large_allocations
+
+    if not _fork_workers:
+        return NO_PROCESS_HOOKS
+    map_large_allocations()
+    return RUN_PROCESS_TUNING
+
+
+def _own_process_parsing(chars: int) -> AbstractContextManager[None]:
+    """The ``chunkline`` program's tuning of a parse of ``chars`` characters (the collector paused for a
+    large document: :mod:`chunkline.pipelines.process_tuning`); nothing in a program that calls :func:`main`."""
+    if not _fork_workers:
+        return nullcontext()
+    from chunkline.pipelines.process_tuning import RUN_PROCESS_TUNING
+
+    return RUN_PROCESS_TUNING.parsing(chars)
 
 
 def _check_before_running(config: RunConfig) -> None:
@@ -677,9 +688,8 @@ def _chunk_command(arguments: argparse.Namespace) -> int:
     from chunkline.config import load_chunk_config
     from chunkline.dataset.decoding import decode_file
     from chunkline.dataset.inputs import utf8_name
-    from chunkline.encode_ahead import encode_ahead_default, start_encoding
+    from chunkline.encode_ahead import encode_ahead_default, parse_encoding_ahead
     from chunkline.engine import chunk_document
-    from chunkline.structure import parse_markdown
     from chunkline.tokenizers import TokenizerFailedError, counter_for
 
     config = load_chunk_config(arguments.config, arguments.overrides)
@@ -703,10 +713,9 @@ def _chunk_command(arguments: argparse.Namespace) -> int:
             failures += 1
             print(f"chunkline: {label}: {_describe_read_error(error)}", file=sys.stderr)
             continue
-        pending = start_encoding(text, counter) if encode_ahead else None
-        document = parse_markdown(text, config.parser)
-        offsets = pending() if pending is not None else None
         try:
+            with _own_process_parsing(len(text)):
+                document, offsets = parse_encoding_ahead(text, config.parser, counter, encode_ahead)
             chunks = chunk_document(document, config, counter, doc_id=doc_id, source_uri=label, offsets=offsets)
         except TokenizerFailedError as error:  # this file's text, not the config: the other files go on
             failures += 1
@@ -829,8 +838,9 @@ def _strategies_command(arguments: argparse.Namespace) -> int:
 
 
 _fork_workers = False
-"""True in the ``chunkline`` program (:func:`console_main`): its runs may fork their worker processes. A
-program that calls :func:`main` may hold threads of its own (gRPC's among them), so its runs never fork."""
+"""True in the ``chunkline`` program (:func:`console_main`): its runs may fork their worker processes and
+tune the process (:mod:`chunkline.pipelines.process_tuning`). A program that calls :func:`main` may hold
+threads of its own (gRPC's among them), so its runs never fork, and its process is left alone."""
 
 
 def console_main() -> None:

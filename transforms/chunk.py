@@ -34,6 +34,7 @@ from chunkline.config import ChunkConfig
 from chunkline.dataset.bundle import run_bundle
 from chunkline.dataset.document_rows import CHUNKS, DOCUMENTS, ERRORS, DocumentChunker
 from chunkline.dataset.inputs import SourceFile
+from chunkline.dataset.process_hooks import NO_PROCESS_HOOKS, ProcessHooks
 from chunkline.dataset.settings import RunConfig
 from chunkline.schemas import FrontMatterColumn, table_schemas
 from chunkline.transforms.metrics import count_document
@@ -62,6 +63,7 @@ class ChunkDocuments(beam.PTransform):
         secrets: tuple[str, ...] = (),
         *,
         front_matter_columns: tuple[FrontMatterColumn, ...] = (),
+        process_hooks: ProcessHooks = NO_PROCESS_HOOKS,
     ):
         super().__init__()
         if encoding_errors not in ("strict", "replace"):
@@ -70,16 +72,17 @@ class ChunkDocuments(beam.PTransform):
         self._encoding_errors = encoding_errors
         self._secrets = tuple(secrets)
         self._front_matter_columns = tuple(front_matter_columns)
+        self._process_hooks = process_hooks
 
     def expand(self, sources: beam.PCollection[SourceFile]) -> beam.PCollection[list[tuple[str, dict[str, Any]]]]:
         return sources | "Chunk" >> beam.ParDo(self._fn())
 
     def chunk_in_process(self, sources: Iterable[SourceFile]) -> Iterator[list[tuple[str, dict[str, Any]]]]:
         """The same chunking without a runner (:func:`chunkline.dataset.bundle.run_bundle`)."""
-        return run_bundle(DocumentChunker(*self._arguments()), sources)
+        return run_bundle(DocumentChunker(*self._arguments(), process_hooks=self._process_hooks), sources)
 
     def _fn(self) -> _ChunkDocumentsFn:
-        return _ChunkDocumentsFn(*self._arguments())
+        return _ChunkDocumentsFn(*self._arguments(), process_hooks=self._process_hooks)
 
     def _arguments(self) -> tuple[ChunkConfig, str, tuple[str, ...], tuple[FrontMatterColumn, ...]]:
         return self._config, self._encoding_errors, self._secrets, self._front_matter_columns
@@ -183,9 +186,17 @@ class ChunkMarkdown(beam.PTransform):
     The output is a :class:`ChunkMarkdownResult`: ``.chunks`` (schema'd rows, so ``beam.Select``,
     ``to_dataframe`` and Beam's writers work on them), ``.documents`` and ``.errors``. ``chunk_row_type``
     is the row type of the chunks (by default :data:`~chunkline.transforms.ChunkRow`; see
-    :func:`~chunkline.transforms.row_type_for` for a chunks schema with more columns)."""
+    :func:`~chunkline.transforms.row_type_for` for a chunks schema with more columns). ``process_hooks`` is for
+    a program that owns its process (:mod:`chunkline.dataset.process_hooks`); by default the steps leave it
+    alone."""
 
-    def __init__(self, config: RunConfig | ChunkConfig, *, chunk_row_type: type | None = None):
+    def __init__(
+        self,
+        config: RunConfig | ChunkConfig,
+        *,
+        chunk_row_type: type | None = None,
+        process_hooks: ProcessHooks = NO_PROCESS_HOOKS,
+    ):
         super().__init__()
         if isinstance(config, RunConfig):
             chunking, encoding_errors, secrets = config.chunking, config.input.encoding_errors, tuple(config.secrets())
@@ -194,7 +205,9 @@ class ChunkMarkdown(beam.PTransform):
             chunking, encoding_errors, secrets, front_matter_columns = config, "strict", (), ()
         else:
             raise TypeError(f"ChunkMarkdown takes a RunConfig or a ChunkConfig, got {type(config).__name__}")
-        self._documents = ChunkDocuments(chunking, encoding_errors, secrets, front_matter_columns=front_matter_columns)
+        self._documents = ChunkDocuments(
+            chunking, encoding_errors, secrets, front_matter_columns=front_matter_columns, process_hooks=process_hooks
+        )
         # The chunks table's schema decides the row type (promoted front-matter columns become fields).
         chunks_schema = table_schemas(front_matter_columns)[CHUNKS][0]
         self._row_types = {

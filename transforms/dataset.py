@@ -48,6 +48,7 @@ from fsspec.core import url_to_fs
 from chunkline.dataset.inputs import UNLISTED_FOLDER, FileProblem, SourceFile
 from chunkline.dataset.layout import snapshot_url
 from chunkline.dataset.lock import ConcurrentRunError
+from chunkline.dataset.process_hooks import NO_PROCESS_HOOKS, ProcessHooks
 from chunkline.dataset.publish import acquire_output_lock, discard_run, publish_run, read_dataset, read_manifest
 from chunkline.dataset.rebuild import (
     InputListing,
@@ -250,7 +251,8 @@ class WriteChunkDataset(beam.PTransform):
     written into the run's staging area when the transform is applied. Without one the run is a full rebuild,
     its ``changes/`` against the snapshot published when the transform was built. ``run_id`` names the
     snapshot (a new one by default); a pipeline holding the transform runs once: a second ``run()`` fails
-    before writing anything (build the pipeline again for a new snapshot)."""
+    before writing anything (build the pipeline again for a new snapshot). ``process_hooks`` is for a program
+    that owns its process (:mod:`chunkline.dataset.process_hooks`); by default the steps leave it alone."""
 
     takes_chunk_markdown_result = True
 
@@ -261,6 +263,7 @@ class WriteChunkDataset(beam.PTransform):
         plan: RebuildPlan | None = None,
         run_id: str | None = None,
         publish: bool = True,
+        process_hooks: ProcessHooks = NO_PROCESS_HOOKS,
     ):
         super().__init__()
         if not isinstance(config, RunConfig):
@@ -271,6 +274,7 @@ class WriteChunkDataset(beam.PTransform):
         self.run_id = run_id or new_run_id()
         self._publish = publish
         self._full_reason = plan.reason if plan is not None else "a pipeline of chunkline's transforms given no plan"
+        self._process_hooks = process_hooks
         if not publish:
             self.plan, self._base_snapshot = plan or RebuildPlan("full", ""), None
         elif plan is None:
@@ -284,7 +288,7 @@ class WriteChunkDataset(beam.PTransform):
     @property
     def settings(self) -> WriteSettings:
         """Where and how the sink writes this run's tables."""
-        return write_settings_for(self._config, self.run_id, self.plan)
+        return write_settings_for(self._config, self.run_id, self.plan, self._process_hooks)
 
     def _write_shard_plans(self) -> None:
         """An incremental run's ``keep-<shard>.json`` files, written into the run's staging area by the

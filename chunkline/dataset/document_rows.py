@@ -26,12 +26,11 @@ from chunkline.dataset.bundle import BundleStep
 from chunkline.dataset.decoding import BinaryFileError, decode_file
 from chunkline.dataset.front_matter_columns import front_matter_values
 from chunkline.dataset.inputs import FileProblem, SourceFile
-from chunkline.dataset.merge import map_large_allocations
+from chunkline.dataset.process_hooks import NO_PROCESS_HOOKS, ProcessHooks
 from chunkline.dataset.storage import scrub_secrets
-from chunkline.encode_ahead import start_encoding
+from chunkline.encode_ahead import parse_encoding_ahead
 from chunkline.engine import chunk_document
 from chunkline.schemas import FrontMatterColumn, table_schemas
-from chunkline.structure import parse_markdown
 from chunkline.tokenizers import counter_for, is_rust_panic
 
 __all__ = ["CHUNKS", "DOCUMENTS", "ERRORS", "ConvertedRows", "DocumentChunker", "DocumentRows"]
@@ -69,6 +68,7 @@ class DocumentChunker(BundleStep):
         front_matter_columns: tuple[FrontMatterColumn, ...] = (),
         *,
         encode_ahead: bool = False,
+        process_hooks: ProcessHooks = NO_PROCESS_HOOKS,
     ):
         self._config = config
         self._encoding_errors = encoding_errors
@@ -77,9 +77,11 @@ class DocumentChunker(BundleStep):
         self._encode_ahead = encode_ahead
         """Encode a large document's tokens on a second thread while it is parsed
         (:mod:`chunkline.encode_ahead`): for a run in one process on a machine with a core to spare."""
+        self._process_hooks = process_hooks
+        """What the program that owns the process does around the steps (:mod:`chunkline.dataset.process_hooks`)."""
 
     def setup(self) -> None:
-        map_large_allocations()  # a worker's large buffers (a document's, a spill's) are given back when freed
+        self._process_hooks.worker_setup()
         self._counter = counter_for(self._config)
         self._row_types = {
             table: pa.struct(list(schema)) for table, (schema, _) in table_schemas(self._front_matter_columns).items()
@@ -142,9 +144,8 @@ class DocumentChunker(BundleStep):
                     "input.encoding_errors: replace to chunk it with U+FFFD in place of bad bytes",
                 ) from None
         document_row["encoding"] = encoding
-        pending = start_encoding(text, self._counter) if self._encode_ahead else None
-        with _failures_as_problems("parse", "markdown could not be parsed"):
-            document = parse_markdown(text, self._config.parser)
+        with _failures_as_problems("parse", "markdown could not be parsed"), self._process_hooks.parsing(len(text)):
+            document, offsets = parse_encoding_ahead(text, self._config.parser, self._counter, self._encode_ahead)
         front_matter = document.front_matter
         if front_matter is not None and front_matter.error is not None:
             raise _Problem("parse", "InvalidFrontMatter", front_matter.error)
@@ -158,7 +159,7 @@ class DocumentChunker(BundleStep):
                 doc_id=source.doc_id,
                 source_uri=source.source_uri,
                 replaced_bytes=replaced_bytes,
-                offsets=pending() if pending is not None else None,
+                offsets=offsets,
             )
         with _failures_as_problems("chunk", "its rows could not be built"):
             rows: list[tuple[str, dict[str, Any]]] = [(CHUNKS, chunk.to_dict()) for chunk in chunks]

@@ -17,6 +17,7 @@ from __future__ import annotations
 from chunkline.dataset.bundle import run_bundle
 from chunkline.dataset.document_rows import DocumentChunker
 from chunkline.dataset.file_reader import MatchedFileReader
+from chunkline.dataset.process_hooks import NO_PROCESS_HOOKS, ProcessHooks
 from chunkline.dataset.rebuild import RebuildPlan, write_shard_plans
 from chunkline.dataset.settings import RunConfig
 from chunkline.dataset.sink import write_settings_for, write_tables_in_process
@@ -25,11 +26,14 @@ from chunkline.encode_ahead import encode_ahead_default
 __all__ = ["stage_run_in_process"]
 
 
-def stage_run_in_process(config: RunConfig, run_id: str, plan: RebuildPlan) -> list[str]:
+def stage_run_in_process(
+    config: RunConfig, run_id: str, plan: RebuildPlan, process_hooks: ProcessHooks = NO_PROCESS_HOOKS
+) -> list[str]:
     """Read and chunk ``plan.to_chunk``, and stage the run's snapshot (carrying the plan's other documents
-    over); returns the part files' paths."""
+    over); returns the part files' paths. ``process_hooks``: what the program that owns the process does
+    around the steps (:mod:`chunkline.dataset.process_hooks`)."""
     secrets = tuple(config.secrets())
-    settings = write_settings_for(config, run_id, plan)
+    settings = write_settings_for(config, run_id, plan, process_hooks)
     if plan.incremental:
         write_shard_plans(plan, config, settings.staging_url)
     if not plan.to_chunk:  # every document carried over: no file to read, no tokenizer to load
@@ -41,5 +45,6 @@ def stage_run_in_process(config: RunConfig, run_id: str, plan: RebuildPlan) -> l
         secrets,
         config.output.promoted_front_matter,
         encode_ahead=encode_ahead_default(),
+        process_hooks=process_hooks,
     )
     return write_tables_in_process(settings, run_bundle(chunker, sources))

@@ -26,15 +26,11 @@ those of :func:`sorted_unique` written whole with :func:`~chunkline.dataset.stor
 
 from __future__ import annotations
 
-import ctypes
-import functools
 import hashlib
 import io
 import json
 import tempfile
-import threading
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -56,15 +52,12 @@ __all__ = [
     "chunk_upserts",
     "documents_changes",
     "embedding_changed",
-    "map_large_allocations",
     "not_carried",
     "read_shard_plan",
-    "release_freed_memory",
     "same_rows",
     "shard_of",
     "sorted_unique",
     "sorted_unique_row_groups",
-    "system_allocations",
     "unique_order",
     "with_modified_times",
 ]
@@ -312,6 +305,7 @@ def sorted_unique_row_groups(
     row_group_rows: int,
     row_group_bytes: int | None = None,
     group_bytes: int = 16_000_000,
+    between_steps: Callable[[], None] | None = None,
 ) -> Iterator[pa.Table]:
     """The rows of :func:`sorted_unique` over the concatenation of the ``sources``' tables (each a function
     that reads one source, of ``schema``, again when called), as consecutive tables with one chunk per
@@ -322,7 +316,12 @@ def sorted_unique_row_groups(
     columns (the largest first; groups of about ``group_bytes`` of a table's rows, at most 4 and at least one,
     so that a small shard is read twice only); only one source's table is held at a time, and only the
     rows taken from it stay. A table is built one group of columns at a time, so that putting a group's rows
-    in key order holds that group twice, never the whole table."""
+    in key order holds that group twice, never the whole table.
+
+    ``between_steps``, when given, is called once the sources are read for their keys and after each group
+    of columns of a large row group (one of ``group_bytes`` or more) is gathered: where the program that owns
+    the process may give what the step freed back to the system (``chunkline run`` does, see
+    :mod:`chunkline.pipelines.process_tuning`)."""
     key_tables, column_bytes, sizes = [], dict.fromkeys(schema.names, 0), []
     for read in sources:
         table = read()
@@ -348,9 +347,8 @@ def sorted_unique_row_groups(
         share = largest_rows / max(len(source_of), 1)
     del ordered_sizes
     table_bytes = sum(column_bytes.values()) * min(1.0, share)
-    # A large row group's freed buffers are given back as soon as they are freed (see release_freed_memory):
-    # the C allocator would otherwise keep them beside the next ones; a small one's are not worth the call.
-    release = release_freed_memory if table_bytes >= group_bytes else lambda: None
+    # Only a large row group's steps free enough to be worth a call between them.
+    release = between_steps if between_steps is not None and table_bytes >= group_bytes else lambda: None
     release()  # the sources read for their keys
     groups = _column_groups(column_bytes, min(4, max(1, round(table_bytes / group_bytes))))
     for start, end in zip([0, *ends], ends):
@@ -495,86 +493,3 @@ class PartWriter:
             )
         self._writer.write_table(group, row_group_size=max(group.num_rows, 1))
         self.rows += group.num_rows
-
-
-_pool_lock = threading.Lock()
-_pool_users = 0
-_pool_before: pa.MemoryPool | None = None
-
-
-@contextmanager
-def system_allocations() -> Iterator[None]:
-    """Arrow buffers allocated meanwhile come from the system allocator, not pyarrow's default pool.
-
-    A merge allocates a few large buffers (a row group's columns) and frees them soon after; the system
-    allocator maps such buffers on their own and gives them back when freed, where mimalloc, pyarrow's
-    default, keeps them for reuse: at 16x the corpus the in-process run peaked 40 MB higher in resident
-    memory with it (500 MB against 460). Buffers remember their pool, so those allocated before or after are
-    freed where they came from. The pool is process-wide: another thread's allocations meanwhile come from
-    the system allocator too, which changes nothing but where they come from.
-
-    Merges that run at once on several threads each enter the block: the first to enter installs the
-    system pool and the last to leave puts back the pool the first found, in whatever order they leave."""
-    global _pool_users, _pool_before
-    with _pool_lock:
-        if _pool_users == 0:
-            _pool_before = pa.default_memory_pool()
-            pa.set_memory_pool(pa.system_memory_pool())
-        _pool_users += 1
-    try:
-        yield
-    finally:
-        with _pool_lock:
-            _pool_users -= 1
-            if _pool_users == 0:
-                pa.set_memory_pool(_pool_before)
-                _pool_before = None
-
-
-@functools.cache
-def _c_function(name: str) -> Callable[..., int] | None:
-    """A function of the running process's C library (found once), or None where it has none: glibc's
-    ``malloc_trim`` and ``mallopt`` are missing from musl, macOS and Windows."""
-    try:
-        return getattr(ctypes.CDLL(None), name, None)
-    except OSError:
-        return None
-
-
-def _malloc_trim() -> Callable[[int], int] | None:
-    return _c_function("malloc_trim")
-
-
-_M_MMAP_THRESHOLD = -3
-"""glibc's ``mallopt`` parameter for the size from which an allocation is mapped on its own."""
-
-LARGE_ALLOCATION_BYTES = 4 << 20
-"""Allocations of this size or more are mapped on their own (see :func:`map_large_allocations`)."""
-
-
-@functools.cache
-def map_large_allocations() -> bool:
-    """From now on, the C allocator maps every allocation of :data:`LARGE_ALLOCATION_BYTES` or more on its
-    own and gives it back to the system when it is freed; returns whether it does (glibc only).
-
-    By default glibc raises that threshold to the size of each large buffer freed (up to 32 MB), so that
-    after the first few a merge's row groups, columns and part bytes come from its heap, where what they
-    leave free stays resident beside the next ones: at 16x the corpus, the run in this process peaked 25 MB
-    higher in resident memory with it (290 MB against 265; 266 with a threshold of 1 MB, which maps many
-    more buffers). A fixed threshold also keeps glibc's heap trimmed at its default threshold. Process-wide and for good, as is the allocator: a run sets it before
-    it starts (so that workers forked from it inherit it), and the chunking and merging steps in their
-    ``setup`` (for workers that a runner starts)."""
-    mallopt = _c_function("mallopt")
-    return mallopt is not None and bool(mallopt(_M_MMAP_THRESHOLD, LARGE_ALLOCATION_BYTES))
-
-
-def release_freed_memory() -> None:
-    """Give the memory that pyarrow's pool and the C allocator hold freed back to the system.
-
-    Called between the steps of a run that free much and allocate much (chunking, then each shard's merge):
-    what one step freed is not reused by the next when it sits in another allocator's free lists, and
-    would add to the process's peak resident memory."""
-    pa.default_memory_pool().release_unused()
-    malloc_trim = _malloc_trim()
-    if malloc_trim is not None:
-        malloc_trim(0)

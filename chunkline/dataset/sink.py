@@ -38,16 +38,14 @@ from chunkline.dataset.merge import (
     chunk_deletes,
     chunk_upserts,
     documents_changes,
-    map_large_allocations,
     not_carried,
     read_shard_plan,
-    release_freed_memory,
     shard_of,
     sorted_unique,
     sorted_unique_row_groups,
-    system_allocations,
     with_modified_times,
 )
+from chunkline.dataset.process_hooks import NO_PROCESS_HOOKS, ProcessHooks
 from chunkline.dataset.publish import verify_part
 from chunkline.dataset.rebuild import RebuildPlan
 from chunkline.dataset.settings import RunConfig
@@ -99,6 +97,8 @@ class WriteSettings:
     """True when only changed documents were chunked: each shard's plan names the rows to carry over."""
     front_matter_columns: tuple[FrontMatterColumn, ...] = ()
     """The promoted front-matter columns of ``chunks`` and ``changes/upserts`` (``output.front_matter_columns``)."""
+    process_hooks: ProcessHooks = NO_PROCESS_HOOKS
+    """What the program that owns the process does around the merges (:mod:`chunkline.dataset.process_hooks`)."""
 
     @property
     def schemas(self) -> dict[str, tuple[pa.Schema, tuple[str, ...]]]:
@@ -106,7 +106,9 @@ class WriteSettings:
         return table_schemas(self.front_matter_columns)
 
 
-def write_settings_for(config: RunConfig, run_id: str, plan: RebuildPlan) -> WriteSettings:
+def write_settings_for(
+    config: RunConfig, run_id: str, plan: RebuildPlan, process_hooks: ProcessHooks = NO_PROCESS_HOOKS
+) -> WriteSettings:
     """Where and how run ``run_id`` of ``config`` stages its tables, building on ``plan``."""
     output_url = config.output.url or ""
     return WriteSettings(
@@ -121,6 +123,7 @@ def write_settings_for(config: RunConfig, run_id: str, plan: RebuildPlan) -> Wri
         previous=plan.previous,
         incremental=plan.incremental,
         front_matter_columns=config.output.promoted_front_matter,
+        process_hooks=process_hooks,
     )
 
 
@@ -289,7 +292,7 @@ class MergeShard(BundleStep):
         self._settings = settings
 
     def setup(self) -> None:
-        map_large_allocations()  # a merge's large buffers are given back when freed
+        self._settings.process_hooks.worker_setup()
         options = self._settings.storage_options or {}
         self._fs, staging_root = url_to_fs(self._settings.staging_url, **options)
         self._staging_root = staging_root.rstrip("/")
@@ -314,14 +317,14 @@ class MergeShard(BundleStep):
         # Chunks first, row group by row group (see chunkline.dataset.merge): a shard of a full rebuild holds
         # a share of the whole corpus, and the merge holds one row group of it at a time.
         counts = _ChunkCounts()
-        # A full rebuild's shard is a share of the whole corpus: its merge starts by giving back what the
-        # chunking (or the previous shard's merge) freed and allocates from the system allocator, which
-        # gives large buffers back when freed. An incremental run's merges, small and timed against a full
-        # run, skip both (a millisecond a shard, and pyarrow's pool is the faster one).
+        # A full rebuild's shard is a share of the whole corpus: the process's owner may give back what the
+        # chunking (or the previous shard's merge) freed before it and tune the merge's allocations. An
+        # incremental run's merges, small and timed against a full run, skip both.
+        hooks = self._settings.process_hooks
         full_rebuild = not self._settings.incremental
         if full_rebuild:
-            release_freed_memory()
-        with system_allocations() if full_rebuild else contextlib.nullcontext():
+            hooks.between_merge_steps()
+        with hooks.merging() if full_rebuild else contextlib.nullcontext():
             yield from self._merge_chunks(shard, previous_parts, carried_ids, counts)
         previous_documents, documents = self._merge_table("documents", shard, previous_parts, carried_ids, plan)
         yield from self._write("documents", shard, documents)
@@ -356,7 +359,14 @@ class MergeShard(BundleStep):
         upserts_part = PartWriter(upserts_schema, row_group_rows, compression, row_group_bytes)
         new_chunk_ids = []
         try:
-            for rows in sorted_unique_row_groups(sources, schema, key, row_group_rows, row_group_bytes):
+            for rows in sorted_unique_row_groups(
+                sources,
+                schema,
+                key,
+                row_group_rows,
+                row_group_bytes,
+                between_steps=self._settings.process_hooks.between_merge_steps,
+            ):
                 chunks_part.write(rows)
                 new_chunks = not_carried(rows, carried_ids)
                 del rows

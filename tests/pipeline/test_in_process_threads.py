@@ -25,6 +25,7 @@ from chunkline.dataset.inputs import SourceFile
 from chunkline.dataset.layout import STAGING_FOLDER
 from chunkline.dataset.publish import read_manifest
 from chunkline.dataset.settings import load_run_config
+from chunkline.pipelines.process_tuning import RUN_PROCESS_TUNING
 from chunkline.pipelines.run import RunSummary, run_pipeline
 from chunkline.schemas import CHANGE_TABLES, ROW_TABLES
 
@@ -42,6 +43,7 @@ def corpus(tmp_path) -> Path:
 
 
 def _run(corpus: Path, output: Path, *overrides: str) -> RunSummary:
+    """A run with ``chunkline run``'s process tuning (its merges share one switch of pyarrow's pool)."""
     config = load_run_config(
         None,
         [f"output.shards={SHARDS}", "chunking.max_tokens=128", *overrides],
@@ -49,7 +51,7 @@ def _run(corpus: Path, output: Path, *overrides: str) -> RunSummary:
         inputs=[str(corpus)],
         output=str(output),
     )
-    return run_pipeline(config)
+    return run_pipeline(config, process_hooks=RUN_PROCESS_TUNING)
 
 
 def _edit(corpus: Path) -> None:
@@ -70,6 +72,11 @@ def test_shards_merged_on_threads_are_the_parts_one_thread_merges(corpus, tmp_pa
 
     monkeypatch.setattr(sink, "merge_shards", merge_shards)
     pool_before = pa.default_memory_pool().backend_name
+    pools_set = []
+    set_memory_pool = pa.set_memory_pool
+    monkeypatch.setattr(
+        pa, "set_memory_pool", lambda pool: (pools_set.append(pool.backend_name), set_memory_pool(pool))
+    )
     for incremental in (False, True):
         if incremental:
             _edit(corpus)
@@ -86,6 +93,9 @@ def test_shards_merged_on_threads_are_the_parts_one_thread_merges(corpus, tmp_pa
         documents = read_manifest(str(outputs[3]))["tables"]["documents"]["files"]
         assert len(documents) == SHARDS  # every shard has documents: each thread merged some
     assert calls == [1, 3, 1, 3]
+    # Only the full runs' merges switch to the system allocator, and each switch is undone.
+    assert pools_set and pools_set[0::2] == ["system"] * (len(pools_set) // 2)
+    assert pools_set[1::2] == [pool_before] * (len(pools_set) // 2)
     changes = summaries[3].changes
     assert (changes["added"], changes["changed"], changes["deleted"]) == (1, 1, 1)
 
