@@ -308,7 +308,7 @@ def test_a_storage_failure_is_one_line_with_exit_1(tmp_path, capsys):
 
 
 def test_an_unexpected_error_is_one_line_with_exit_1_and_the_debug_hint(docs, tmp_path, monkeypatch, capsys):
-    def failing_pipeline(config, beam_args, *, fork_workers=False):
+    def failing_pipeline(config, beam_args, *, fork_workers=False, process_hooks=None):
         raise RuntimeError(
             f"Traceback (most recent call last):\n  File 'x'\nKeyError: key {SECRET} [while running 'Write']"
         )

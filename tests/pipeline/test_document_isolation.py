@@ -19,6 +19,7 @@ from test_front_matter import yaml_front_matter
 from test_hostile_tokenizers import PANICKING, save
 
 import chunkline.dataset.document_rows as document_rows_module
+import chunkline.encode_ahead as encode_ahead_module
 import chunkline.registry as registry_module
 from chunkline import parse_markdown
 from chunkline.config import ChunkConfig
@@ -161,14 +162,14 @@ def test_a_row_its_table_cannot_hold_is_that_documents_error_not_a_failed_write(
 
 
 def test_a_document_the_parser_fails_on_is_one_error_row(tmp_path, monkeypatch):
-    real_parse = document_rows_module.parse_markdown
+    real_parse = encode_ahead_module.parse_markdown
 
     def parse_or_overflow(text, parser):
         if "Quick start" in text:
             raise RecursionError("maximum recursion depth exceeded while parsing a block")
         return real_parse(text, parser)
 
-    monkeypatch.setattr(document_rows_module, "parse_markdown", parse_or_overflow)
+    monkeypatch.setattr(encode_ahead_module, "parse_markdown", parse_or_overflow)
     corpus = write_files(tmp_path / "corpus", CORPUS)
     output = tmp_path / "out"
     assert run_cli(corpus, output) == 0
@@ -240,14 +241,14 @@ def test_a_rust_panic_in_the_parser_is_that_documents_error_row(tmp_path, monkey
         build().encode(trigger)
     except BaseException as error:  # the real pyo3 PanicException class, raised by Rust code
         panic = error
-    real_parse = document_rows_module.parse_markdown
+    real_parse = encode_ahead_module.parse_markdown
 
     def parse_or_panic(text, parser):
         if "Quick start" in text:
             raise panic
         return real_parse(text, parser)
 
-    monkeypatch.setattr(document_rows_module, "parse_markdown", parse_or_panic)
+    monkeypatch.setattr(encode_ahead_module, "parse_markdown", parse_or_panic)
     corpus = write_files(tmp_path / "corpus", CORPUS)
     output = tmp_path / "out"
     assert run_cli(corpus, output) == 0
