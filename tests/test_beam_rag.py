@@ -289,6 +289,7 @@ def test_arguments_are_checked_when_the_chunker_is_built():
 # --------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_chunkline_to_wordllama_to_beams_qdrant_writer_and_back(tmp_path):
     """The whole offline path: one point per chunkline chunk, its id the chunk's uuid, its payload the
     chunk's metadata, its vector wordllama's embedding of ``embed_text``; a question finds its passage."""
@@ -324,6 +325,7 @@ def test_chunkline_to_wordllama_to_beams_qdrant_writer_and_back(tmp_path):
     assert "exponential backoff" in best.payload["text"]
 
 
+@pytest.mark.slow
 def test_writing_the_same_documents_again_upserts_the_same_points(tmp_path):
     """The ids are chunk_uuid, not Beam's random uuid4: a second run (or a retried bundle) overwrites."""
     store, collection = tmp_path / "qdrant", "handbook"
@@ -348,6 +350,7 @@ def read_json_lines(path: Path) -> list:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
+@pytest.mark.slow
 def test_mltransform_with_exception_handling_sends_a_bad_document_to_its_error_output(tmp_path):
     """The bad document is in MLTransform's error output with its message; the good one is chunked and
     embedded. (Beam 2.77's MLTransform gives each transform's error mapping the same label: with two
@@ -389,6 +392,7 @@ def test_without_exception_handling_a_bad_document_fails_the_run_with_its_doc_id
             )
 
 
+@pytest.mark.slow
 def test_artifacts_mltransform_wrote_chunk_and_embed_the_same_in_read_mode(tmp_path):
     """MLTransform saves its transforms (jsonpickle) in write mode; read mode rebuilds them from there, so the
     chunker and the embedding manager must survive that round trip with their config."""

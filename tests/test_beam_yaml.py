@@ -97,6 +97,7 @@ def test_the_listing_names_an_in_process_python_provider_without_packages():
     )
 
 
+@pytest.mark.slow
 def test_a_yaml_pipeline_chunks_rows_as_chunk_markdown_does(tmp_path, no_network):
     output = tmp_path / "chunks.json"
     run_yaml(
@@ -137,6 +138,7 @@ providers:
     assert preamble["heading_path"] == []
 
 
+@pytest.mark.slow
 def test_a_document_that_cannot_be_chunked_goes_to_the_error_output_it_names(tmp_path, no_network):
     chunks, errors = tmp_path / "chunks.json", tmp_path / "errors.json"
     elements = json.dumps([{"doc_id": "notes.md", "text": NOTES}, {"doc_id": "broken.md", "text": "---\na: [x\n---\n"}])
@@ -185,6 +187,7 @@ providers:
     assert "document 'broken.md': invalid front matter" in error["msg"]
 
 
+@pytest.mark.slow
 def test_beams_yaml_command_runs_a_pipeline_file_that_includes_the_listing(tmp_path, no_network):
     """What the README shows: ``python -m apache_beam.yaml.main --yaml_pipeline_file ... --runner FnApiRunner``
     over documents read from JSON lines."""

@@ -200,6 +200,7 @@ PEERS = {
 
 
 @pytest.mark.parametrize("family", sorted(PEERS))
+@pytest.mark.slow
 def test_peer_chunks_are_placed_at_exact_ranges_covering_the_text(family, text):
     package, make = PEERS[family]
     pytest.importorskip(package)

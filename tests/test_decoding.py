@@ -77,6 +77,7 @@ _PIECES = st.one_of(
 
 @settings(max_examples=400)
 @given(pieces=st.lists(_PIECES, max_size=30))
+@pytest.mark.slow
 def test_replace_gives_what_restarting_the_strict_decoder_gave(pieces):
     data = b"".join(pieces)
     text, encoding, replaced = decode_markdown(data, "replace")

@@ -20,6 +20,7 @@ PARTS = st.lists(st.sampled_from(["guide", "a.md", "b c.md", ".", "..", "", "ü.
 
 @pytest.mark.parametrize("root", ROOTS)
 @given(parts=PARTS)
+@pytest.mark.slow
 def test_the_doc_id_of_a_name_below_the_root_is_what_relpath_gives(root, parts):
     path = posixpath.join(root, *parts) if parts else root
     relative = _safe_doc_id(path, root)

@@ -328,6 +328,7 @@ def deep_documents(draw) -> str:
     max_tokens=st.integers(4, 40),
     template=st.sampled_from(["{breadcrumb}", "{title}: {heading_path}"]),
 )
+@pytest.mark.slow
 def test_long_heading_paths_near_a_tiny_budget_stay_within_it(text, max_tokens, template):
     config = ChunkConfig(max_tokens=max_tokens, overlap_tokens=0, embed_context=template)
     chunks = chunk_markdown(text, config)
@@ -348,6 +349,7 @@ def test_text_positions_and_reconstruction_do_not_depend_on_the_context(text, ma
 
 
 @pytest.mark.parametrize("special", [False, True], ids=["text-only", "with-special-tokens"])
+@pytest.mark.slow
 def test_the_limit_holds_in_the_llama_tokenizer_with_its_special_tokens(special):
     from test_huggingface_tokenizer import llama_tokenizer_path
 

@@ -43,6 +43,7 @@ def _config(strategy: str, **fields) -> ChunkConfig:
 
 
 @pytest.mark.parametrize("strategy", available_strategies())
+@pytest.mark.slow
 def test_every_strategy_chunks_the_sample_corpus_alike_with_and_without_the_thread(strategy, every_document_ahead):
     config = _config(strategy)
     for name, text in SAMPLE_TEXTS.items():
@@ -55,6 +56,7 @@ def test_every_strategy_chunks_the_sample_corpus_alike_with_and_without_the_thre
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
 )
 @given(document=markdown_documents(), strategy=st.sampled_from(["headings", "blocks", "tokens", "sections"]))
+@pytest.mark.slow
 def test_generated_markdown_chunks_alike_with_and_without_the_thread(document, strategy, monkeypatch):
     monkeypatch.setattr(encode_ahead, "MIN_CHARS_AHEAD", 0)
     config = _config(strategy, embed_context="breadcrumb")
@@ -72,6 +74,7 @@ def test_generated_markdown_chunks_alike_with_and_without_the_thread(document, s
         "code_block_20000_lines",
     ],
 )
+@pytest.mark.slow
 def test_hostile_files_chunk_alike_with_and_without_the_thread(name):
     text = decode_file(getattr(hostile_corpus, name)(), "replace")[0]
     config = ChunkConfig(max_tokens=256)

@@ -202,6 +202,7 @@ def _assert_one_line_naming(message: str, path: Path, expected: str) -> None:
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("label, suffix, contents, expected", CASES, ids=[case[0] for case in CASES])
+@pytest.mark.slow
 def test_a_hostile_questions_file_is_read_or_refused_in_one_line(tmp_path, label, suffix, contents, expected):
     path = tmp_path / f"questions{suffix}"
     path.write_bytes(contents())
@@ -288,6 +289,7 @@ def _assert_refused(status: int, err: str, path: Path, expected: str) -> None:
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("label, suffix, contents, expected", CASES, ids=[case[0] for case in CASES])
+@pytest.mark.slow
 def test_chunkline_evaluate_on_a_hostile_questions_file_exits_0_or_2(
     capsys, tmp_path, corpus, label, suffix, contents, expected
 ):

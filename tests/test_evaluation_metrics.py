@@ -90,6 +90,7 @@ _range = st.tuples(_documents, st.integers(0, 60), st.integers(0, 30)).map(lambd
     retrieved=st.lists(_range, max_size=8),
     references=st.lists(_range.filter(lambda r: r[2] > r[1]), min_size=1, max_size=4),
 )
+@pytest.mark.slow
 def test_scores_equal_a_count_of_characters(retrieved, references):
     """Each score is what counting characters one by one gives."""
     reference_chars = {(doc, offset) for doc, start, end in references for offset in range(start, end)}

@@ -203,6 +203,7 @@ def layout(chunks) -> list[tuple]:
 
 
 @pytest.mark.parametrize("name", MERGING)
+@pytest.mark.slow
 def test_min_tokens_zero_gives_the_strategy_s_own_chunks(name):
     changed = 0
     for path in DOCUMENTS:
@@ -390,6 +391,7 @@ def soft_limit_check(name: str, text: str, max_tokens: int):
     overlap_share=st.floats(0, 0.4),
     max_bytes=st.one_of(st.none(), st.integers(100, 1500)),
 )
+@pytest.mark.slow
 def test_generated_markdown_keeps_the_contract_and_leaves_no_fragment_that_fits(
     name, text, max_tokens, min_share, overlap_share, max_bytes
 ):
@@ -419,6 +421,7 @@ def test_generated_markdown_keeps_the_contract_and_leaves_no_fragment_that_fits(
 
 
 @pytest.mark.parametrize("name", MERGING)
+@pytest.mark.slow
 def test_a_document_of_headings_alone_is_looked_at_about_once_per_character(name, monkeypatch):
     """Packing thousands of one-line headings into chunks reads each range's characters a bounded number of
     times: a run that grows one heading at a time is not rescanned at every step."""

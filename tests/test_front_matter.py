@@ -368,6 +368,7 @@ def yaml_front_matter(draw) -> str:
 
 @settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
 @given(body=yaml_front_matter())
+@pytest.mark.slow
 def test_generated_yaml_front_matter_never_raises_and_is_json_safe_or_refused(body):
     text = f"---\n{body}---\n# Heading\n\nBody text.\n"
     document = parse_markdown(text)
@@ -421,6 +422,7 @@ def best_seconds(function, repeats: int = 3) -> float:
 
 
 @pytest.mark.parametrize("document_of", [one_line_flow_list_front_matter, one_line_heading])
+@pytest.mark.slow
 def test_a_one_line_block_over_the_budget_is_chunked_in_linear_time(document_of):
     chunk_markdown("# Warm\n\nThe tokenizer and the parser are loaded.\n")
     small, large = document_of(150_000), document_of(600_000)

@@ -88,6 +88,7 @@ def test_every_hostile_file_is_documented_deterministic_and_named_for_its_kind()
     assert set(EXPECTED_ERRORS) <= set(HOSTILE_FILES)
 
 
+@pytest.mark.slow
 def test_the_big_files_have_the_advertised_sizes():
     assert len(hostile_bytes("single_line_1mb.md")) == 1_000_000
     assert b"\n" not in hostile_bytes("single_line_1mb.md")
@@ -145,6 +146,7 @@ def check_hostile_document(name: str, strategy: str, text: str) -> None:
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("name", UTF8_FILES)
 @pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.slow
 def test_every_strategy_keeps_the_invariants_on_every_hostile_file(strategy, name):
     check_hostile_document(name, strategy, hostile_text(name))
 
@@ -230,6 +232,7 @@ def assert_corpus_written(corpus: Path, output: Path, expected_errors: dict[str,
 
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.slow
 def test_chunkline_run_writes_the_whole_hostile_corpus_with_every_strategy(strategy, corpus_folder, tmp_path):
     output = tmp_path / "out"
     run_cli(corpus_folder, output, *strategy_settings(strategy))
@@ -268,6 +271,7 @@ def default_run(corpus_folder, tmp_path_factory) -> Path:
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("name", sorted(EXPECTED_ERRORS))
+@pytest.mark.slow
 def test_error_messages_say_what_is_wrong_and_what_to_do(name, default_run):
     (error,) = [row for row in rows(default_run, "errors") if row["doc_id"] == name]
     message, error_type = error["message"], error["error_type"]
@@ -281,6 +285,7 @@ def test_error_messages_say_what_is_wrong_and_what_to_do(name, default_run):
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_a_catastrophically_backtracking_regex_costs_one_error_row_not_the_run(corpus_folder, tmp_path):
     corpus = write_hostile_corpus(tmp_path / "corpus")
     (corpus / "long_run_of_a.md").write_bytes(b"# A long run of a\n\n" + b"a" * 5000 + b"\n\nThe end.\n")

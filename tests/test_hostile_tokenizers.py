@@ -97,6 +97,7 @@ def panicking(request, tmp_path) -> tuple[str, str]:
     return save(build(), tmp_path, request.param), trigger
 
 
+@pytest.mark.slow
 def test_the_tokenizers_package_still_panics_with_a_base_exception(panicking):
     """What the tests below rely on: the raw tokenizer raises pyo3's panic, which is no ``Exception``."""
     tokenizer_file, trigger = panicking
@@ -105,6 +106,7 @@ def test_the_tokenizers_package_still_panics_with_a_base_exception(panicking):
     assert is_rust_panic(raised.value) and not isinstance(raised.value, Exception)
 
 
+@pytest.mark.slow
 def test_a_panicking_tokenizer_is_one_documents_error_row_and_the_others_chunk(panicking):
     tokenizer_file, trigger = panicking
     documents = {"bad.md": document_with(trigger), "good.md": GOOD_DOCUMENT}
@@ -130,6 +132,7 @@ def test_a_panicking_tokenizer_is_one_documents_error_row_and_the_others_chunk(p
     assert "".join(row["text"] for row in good_chunks) == GOOD_DOCUMENT
 
 
+@pytest.mark.slow
 def test_a_panicking_tokenizer_is_an_exception_from_the_python_api(panicking):
     tokenizer_file, trigger = panicking
     config = config_for(tokenizer_file)
@@ -139,6 +142,7 @@ def test_a_panicking_tokenizer_is_an_exception_from_the_python_api(panicking):
     assert reconstruct(chunk_markdown(GOOD_DOCUMENT, config)) == GOOD_DOCUMENT  # the tokenizer still works
 
 
+@pytest.mark.slow
 def test_a_panicking_tokenizer_names_the_document_in_the_beam_transforms(panicking):
     """``ChunklineChunker`` and the Beam YAML ``ChunkMarkdownRows`` chunk through ``chunk_element``: its
     :class:`DocumentChunkingError` is an ``Exception``, so Beam's exception handling routes it to the dead
@@ -152,6 +156,7 @@ def test_a_panicking_tokenizer_names_the_document_in_the_beam_transforms(panicki
         chunk_element(element, config, counter_for(config), text_field="text", doc_id_field="doc_id")
 
 
+@pytest.mark.slow
 def test_a_panicking_tokenizer_stops_an_evaluation_with_a_line_naming_the_document(panicking):
     tokenizer_file, trigger = panicking
     corpus = Corpus(

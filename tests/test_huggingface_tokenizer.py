@@ -146,6 +146,7 @@ FRAGMENT_FIXTURES = [
 
 
 @pytest.mark.parametrize("name", [name for name in STRATEGIES if get_strategy(name).merges_fragments])
+@pytest.mark.slow
 def test_fragments_are_packed_within_the_model_s_own_counts(name, tokenizer_file):
     for fixture in FRAGMENT_FIXTURES:
         text = (FIXTURES / fixture).read_text(encoding="utf-8")
@@ -158,6 +159,7 @@ def test_fragments_are_packed_within_the_model_s_own_counts(name, tokenizer_file
 
 @pytest.mark.parametrize("special", [False, True], ids=["text-only", "with-special-tokens"])
 @pytest.mark.parametrize("name", STRATEGIES)
+@pytest.mark.slow
 def test_strategy_keeps_exact_counts_and_the_limit_on_the_sample_corpus(name, special, tokenizer_file):
     for path in CORPUS + sorted(FIXTURES.glob("*.md"))[:6]:
         text = path.read_text(encoding="utf-8")
@@ -176,6 +178,7 @@ def test_strategy_keeps_exact_counts_and_the_limit_on_the_sample_corpus(name, sp
     special=st.booleans(),
     surrogate=st.sampled_from(["", "\ud800", "\ud83d\ude00", "é\u0301"]),
 )
+@pytest.mark.slow
 def test_strategy_keeps_exact_counts_and_the_limit_on_generated_markdown(
     name, text, max_tokens, overlap_share, special, surrogate, wordpiece_file
 ):

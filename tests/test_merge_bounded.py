@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -157,12 +158,14 @@ def shards(draw):
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(shards())
+@pytest.mark.slow
 def test_bounded_merge_writes_the_whole_table_merges_parts(shard):
     assert bounded_parts(*shard) == reference_parts(*shard)
 
 
 @settings(max_examples=150, deadline=None)
 @given(shards())
+@pytest.mark.slow
 def test_bounded_rows_are_the_sorted_unique_rows(shard):
     sources, _, _, row_group_rows, row_group_bytes = shard
     readers = [lambda table=table: table for table in sources]
@@ -193,6 +196,7 @@ def assert_row_groups_follow_the_rule(group_rows: list[int], table: pa.Table, ro
 
 @settings(max_examples=100, deadline=None)
 @given(shards(), st.data())
+@pytest.mark.slow
 def test_a_part_written_in_pieces_has_the_row_groups_of_the_whole_table(shard, data):
     """Rows handed to the writer in tables of any sizes: the row groups, and the bytes, of the whole table."""
     sources, _, _, row_group_rows, row_group_bytes = shard
@@ -257,6 +261,7 @@ class _PeakArrowBytes:
         return self._pool.max_memory()
 
 
+@pytest.mark.slow
 def test_merging_a_shard_far_larger_than_a_row_group_holds_about_one_row_group():
     """A shard of 40 spill files (about 25 MB of rows) merged into row groups of 2,000 rows (about 1.2 MB):
     pyarrow's pool never holds more than a few row groups and one spill file, a tenth of what the
@@ -310,6 +315,7 @@ def test_merging_a_shard_far_larger_than_a_row_group_holds_about_one_row_group()
     assert bound < shard_bytes / 3 < whole.peak / 3
 
 
+@pytest.mark.slow
 def test_a_shard_with_fewer_rows_than_a_row_group_is_merged_a_byte_capped_row_group_at_a_time():
     """A shard of 40 spill files (about 25 MB of rows, 40,000 rows) with the default ``row_group_rows``
     (65,536: the shard's rows would be one row group) and row groups capped at 1 MB of rows. Each spill
@@ -479,6 +485,7 @@ libc.free(block)
 """
 
 
+@pytest.mark.slow
 def test_large_allocations_are_mapped_on_their_own_even_after_a_larger_one_was_freed():
     """glibc raises its mapping threshold to a freed 24 MB buffer's size and serves the next 8 MB from its
     heap, where it stays resident once freed; with the fixed threshold it is mapped on its own (in a fresh

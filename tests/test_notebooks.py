@@ -66,6 +66,7 @@ def notebook_environment(monkeypatch, tmp_path):
 
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: path.name)
+@pytest.mark.slow
 def test_notebook_runs_top_to_bottom(path, kernel_folder, notebook_environment):
     notebook = nbformat.read(path, as_version=4)
     manager = KernelManager(

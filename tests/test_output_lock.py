@@ -95,11 +95,13 @@ def _dead_pid() -> int:
     return int(finished.stdout)
 
 
+@pytest.mark.slow
 def test_runs_that_take_a_new_outputs_lock_at_the_same_moment_get_it_exactly_once(tmp_path):
     outputs = [tmp_path / f"output-{attempt}" for attempt in range(ATTEMPTS)]
     _assert_one_holder_each_time(outputs, _race_everywhere(outputs))
 
 
+@pytest.mark.slow
 def test_runs_that_take_over_a_stale_lock_at_the_same_moment_get_it_exactly_once(tmp_path):
     dead_pid = _dead_pid()
     outputs = []
@@ -233,6 +235,7 @@ unparseable_locks = st.one_of(
 
 @settings(max_examples=40)
 @given(unparseable_locks)
+@pytest.mark.slow
 def test_a_lock_that_cannot_be_parsed_yet_is_held_not_taken_over(short_waits, data):
     with tempfile.TemporaryDirectory() as folder:
         lock_path = Path(folder) / LOCK_NAME
@@ -321,6 +324,7 @@ def test_a_store_without_exclusive_create_takes_the_lock_by_writing_and_reading_
     assert no_exclusive_store.ls("/out", detail=False) == ["/out/_lock.json"]
 
 
+@pytest.mark.slow
 def test_the_lock_imports_no_beam():
     check = "import sys, chunkline.dataset.lock, chunkline.dataset.publish; print('apache_beam' in sys.modules)"
     finished = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=True)

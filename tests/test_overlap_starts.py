@@ -183,6 +183,7 @@ SUB_SPLITTING = {"headings": {}, "regex": {"regex": {"pattern": r"^#{1,3} "}}}
 @pytest.mark.parametrize("strategy", sorted(SUB_SPLITTING))
 @settings(max_examples=40, deadline=None)
 @given(text=markdown_documents(), max_tokens=st.integers(48, 200), overlap_share=st.floats(0.05, 0.5))
+@pytest.mark.slow
 def test_generated_markdown_overlaps_start_cleanly(counter, strategy, text, max_tokens, overlap_share):
     overlap_tokens = max(1, int(max_tokens * overlap_share))
     settings_ = {"strategy": strategy, "max_tokens": max_tokens, "overlap_tokens": overlap_tokens}

@@ -55,6 +55,7 @@ def module_level_imports(path: Path) -> set[str]:
     return names
 
 
+@pytest.mark.slow
 def test_every_module_level_import_is_a_declared_core_dependency():
     """What chunkline imports when a module loads is in ``[project].dependencies`` (``regex`` included, a
     direct dependency of the engine's patterns and strategies, not only tiktoken's); matplotlib is not
@@ -84,6 +85,7 @@ def test_the_report_extra_holds_matplotlib_and_the_test_extra_installs_it():
     assert requirement_names(extras["report"]) <= requirement_names(extras["test"])
 
 
+@pytest.mark.slow
 def test_python_dash_m_chunkline_is_the_command_line(tmp_path):
     document = tmp_path / "notes.md"
     document.write_text("# Notes\n\nIt\u2019s the caf\u00e9 by the quay.\n", encoding="utf-8")
@@ -131,6 +133,7 @@ def run_without_matplotlib(*arguments: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_inspect_html_without_matplotlib_names_the_report_extra(tmp_path):
     report = tmp_path / "report.html"
     result = run_without_matplotlib("inspect", str(tmp_path / "dataset"), "--html", str(report))
@@ -142,6 +145,7 @@ def test_inspect_html_without_matplotlib_names_the_report_extra(tmp_path):
     assert not report.exists()
 
 
+@pytest.mark.slow
 def test_evaluate_report_without_matplotlib_stops_before_the_evaluation(tmp_path):
     corpus = tmp_path / "corpus"
     corpus.mkdir()
@@ -209,6 +213,7 @@ def test_the_dataflow_example_options_are_beam_options():
     assert (setup.setup_file, setup.requirements_file) == ("./pyproject.toml", "requirements-workers.txt")
 
 
+@pytest.mark.slow
 def test_the_sdist_beam_builds_from_pyproject_installs_every_module(tmp_path):
     """``--setup_file ./pyproject.toml`` makes Beam run ``python -m build --no-isolation --sdist`` in the
     repository; the workers then build a wheel from that sdist. Both hold every module and config file."""

@@ -77,6 +77,7 @@ def sample_files() -> list[Path]:
 
 
 @pytest.mark.parametrize("path", sample_files(), ids=lambda path: path.name)
+@pytest.mark.slow
 def test_sample_corpus_same_structure_and_chunks(path):
     text = path.read_text(encoding="utf-8")
     assert parse_markdown(text, FAST_PARSER).parser == FAST_PARSER
@@ -86,6 +87,7 @@ def test_sample_corpus_same_structure_and_chunks(path):
 
 
 @pytest.mark.parametrize("name", sorted(COMMONMARK_EXAMPLES))
+@pytest.mark.slow
 def test_commonmark_examples_same_structure(name):
     markdown = COMMONMARK_EXAMPLES[name]
     for text in (markdown, markdown.replace("\n", "\r\n"), markdown.replace("\n", "\r"), "# Doc\n\n" + markdown):
@@ -116,6 +118,7 @@ def hostile_text(name: str) -> str:
 
 
 @pytest.mark.parametrize("name", sorted(hostile_corpus.HOSTILE_FILES))
+@pytest.mark.slow
 def test_hostile_corpus_same_structure_and_chunks(name):
     text = hostile_text(name)
     assert_same_structure(text)
@@ -124,6 +127,7 @@ def test_hostile_corpus_same_structure_and_chunks(name):
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(markdown_documents())
+@pytest.mark.slow
 def test_generated_documents_same_structure(text):
     assert_same_structure(text)
 
@@ -142,6 +146,7 @@ def test_generated_documents_same_structure(text):
     ),
     st.sampled_from(["\n", "\r\n", "\r"]),
 )
+@pytest.mark.slow
 def test_generated_lines_in_containers_same_structure(lines, line_break):
     text = line_break.join(prefix + line for prefix, line in lines) + line_break
     assert_same_structure(text)
@@ -149,6 +154,7 @@ def test_generated_lines_in_containers_same_structure(lines, line_break):
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(markdown_documents(), st.sampled_from(sorted(CONFIGS)))
+@pytest.mark.slow
 def test_generated_documents_same_chunks(text, settings_name):
     assert_same_chunks(text, settings_name)
 
@@ -275,6 +281,7 @@ def test_quotes_nested_to_the_depth_limit(depth):
     assert_same_structure(text)
 
 
+@pytest.mark.slow
 def test_ten_thousand_nested_lists_are_left_to_the_reference_before_parsing():
     """markdown-it.rs recurses once per nesting level with no limit: 10,000 nested lists overflow its stack
     and end the process. The text's line prefixes bound the nesting, so such a text never reaches it."""

@@ -82,6 +82,7 @@ def test_below_the_limit_the_parse_is_markdown_its_own(path):
     assert token_signature(_block_parser().parse(text)) == token_signature(stock_parser().parse(text))
 
 
+@pytest.mark.slow
 def test_thematic_breaks_are_recognized_as_markdown_it_does():
     parts = ["-", "*", "_", " ", "\t", "x", "="]
     stock = stock_parser()

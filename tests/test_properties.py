@@ -7,6 +7,7 @@ mode), and chunking is deterministic.
 
 from __future__ import annotations
 
+import pytest
 from conftest import assert_invariants, assert_protected_blocks_whole, exact_token_count, heading_paths_of_sections
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -68,6 +69,7 @@ def assert_heading_split_matches_sections(text: str, chunks, config: ChunkConfig
 
 @settings(max_examples=1000)
 @given(text=markdown_documents(), config=budgets("boundaries"))
+@pytest.mark.slow
 def test_boundary_sub_split_keeps_every_invariant(text, config):
     chunks = chunk_markdown(text, config, doc_id="docs/generated.md")
 
@@ -78,6 +80,7 @@ def test_boundary_sub_split_keeps_every_invariant(text, config):
 
 @settings(max_examples=500)
 @given(text=markdown_documents(), config=budgets("window"))
+@pytest.mark.slow
 def test_window_sub_split_keeps_every_invariant(text, config):
     chunks = chunk_markdown(text, config, doc_id="docs/generated.md")
 
@@ -106,6 +109,7 @@ def test_window_sub_split_keeps_every_invariant(text, config):
         st.sampled_from(["boundaries", "window"]),
     ),
 )
+@pytest.mark.slow
 def test_heading_level_range_keeps_every_invariant(text, config):
     chunks = chunk_markdown(text, config)
 
@@ -122,6 +126,7 @@ def test_heading_level_range_keeps_every_invariant(text, config):
 
 @settings(max_examples=100)
 @given(text=markdown_documents(), config=st.sampled_from(["boundaries", "window"]).flatmap(budgets))
+@pytest.mark.slow
 def test_chunking_is_deterministic(text, config):
     first = chunk_markdown(text, config, doc_id="a/b.md", source_uri="memory://a/b.md")
     second = chunk_markdown(text, config, doc_id="a/b.md", source_uri="memory://a/b.md")

@@ -141,6 +141,7 @@ def table_rows(page: str, table_id: str) -> list[list[str]]:
 # --------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_inspect_html_prints_the_summary_and_writes_the_report_another_process_rebuilds_byte_for_byte(
     cli_report, dataset_with_bad_files
 ):
@@ -156,6 +157,7 @@ def test_inspect_html_prints_the_summary_and_writes_the_report_another_process_r
 # --------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_page_needs_nothing_from_outside(report):
     _, page = report
     assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")

@@ -390,6 +390,7 @@ def test_an_explicit_language_is_used_for_all_code():
 
 @pytest.mark.parametrize("language", ["auto", "python", "javascript", "java", "generic"])
 @pytest.mark.parametrize(("max_tokens", "overlap"), [(4, 0), (10, 1), (32, 2), (512, 2)])
+@pytest.mark.slow
 def test_every_sample_keeps_every_invariant(language, max_tokens, overlap):
     config = config_for(max_tokens, overlap, language)
     for text in (PYTHON, JAVASCRIPT, JAVA, MARKDOWN, MARKDOWN.replace("\n", "\r\n"), PYTHON.replace("\n", "\r")):
@@ -446,6 +447,7 @@ _CODE_LINES = st.sampled_from(
     max_tokens=st.integers(4, 60),
     overlap=st.integers(0, 4),
 )
+@pytest.mark.slow
 def test_generated_code_keeps_every_invariant(lines, ending, language, max_tokens, overlap):
     text = ending.join(lines)
     config = config_for(max_tokens, overlap, language)

@@ -99,6 +99,7 @@ def test_the_registry_holds_the_built_in_strategies_and_the_installed_plugin():
 
 @pytest.mark.parametrize("name", STRATEGIES)
 @pytest.mark.parametrize("max_tokens, overlap_tokens", [(64, 8), (512, 50)])
+@pytest.mark.slow
 def test_strategy_keeps_the_contract_on_fixtures_and_the_sample_corpus(name, max_tokens, overlap_tokens):
     for path in DOCUMENTS:
         text = path.read_bytes().decode("utf-8")
@@ -110,6 +111,7 @@ def test_strategy_keeps_the_contract_on_fixtures_and_the_sample_corpus(name, max
 
 @pytest.mark.parametrize("name", MERGING)
 @pytest.mark.parametrize("max_tokens, overlap_tokens, min_tokens", [(64, 8, 32), (512, 50, 128)])
+@pytest.mark.slow
 def test_strategy_that_merges_fragments_keeps_the_contract_at_other_min_tokens(
     name, max_tokens, overlap_tokens, min_tokens
 ):
@@ -124,6 +126,7 @@ def test_strategy_that_merges_fragments_keeps_the_contract_at_other_min_tokens(
 
 
 @pytest.mark.parametrize("name", MERGING)
+@pytest.mark.slow
 def test_strategy_that_merges_fragments_gives_its_own_chunks_with_min_tokens_zero(name):
     from chunkline.context import ChunkContext
     from chunkline.engine import build_chunks, span_budget
@@ -157,6 +160,7 @@ def test_strategy_keeps_the_contract_on_an_empty_document(name):
     overlap_share=st.floats(0, 0.5),
     min_tokens=st.one_of(st.none(), st.integers(0, 63)),
 )
+@pytest.mark.slow
 def test_strategy_keeps_the_contract_on_generated_markdown(name, text, max_tokens, overlap_share, min_tokens):
     check_strategy(name, text, max_tokens, int(max_tokens * overlap_share), min_tokens)
 
@@ -196,6 +200,7 @@ def test_strategy_chunks_text_with_surrogates(name, text):
 @pytest.mark.parametrize("name", STRATEGIES)
 @settings(max_examples=40)
 @given(text=markdown_with_surrogates(), max_tokens=st.integers(64, 300), overlap_share=st.floats(0, 0.5))
+@pytest.mark.slow
 def test_strategy_keeps_the_contract_on_generated_markdown_with_surrogates(name, text, max_tokens, overlap_share):
     check_strategy(name, text, max_tokens, int(max_tokens * overlap_share))
 

@@ -193,6 +193,7 @@ def test_an_ordinary_pattern_on_a_large_document_is_fast():
 @pytest.mark.parametrize("pattern", [r"^#", r"^- ", r"\. ", r"^"])
 @pytest.mark.parametrize("merge_small", [False, True])
 @pytest.mark.parametrize(("max_tokens", "overlap_tokens"), [(8, 0), (32, 6), (512, 50)])
+@pytest.mark.slow
 def test_fixture_documents_keep_every_invariant(read_fixture, pattern, merge_small, max_tokens, overlap_tokens):
     config = config_for(max_tokens, overlap_tokens, pattern=pattern, merge_small=merge_small)
     for path in sorted(FIXTURES.glob("*.md")):

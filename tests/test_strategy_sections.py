@@ -344,6 +344,7 @@ _BLOCKS = st.sampled_from(
     overlap=st.integers(0, 2),
     custom=st.booleans(),
 )
+@pytest.mark.slow
 def test_generated_documents_keep_every_invariant(blocks, max_tokens, overlap, custom, counter):
     text = "".join(blocks)
     params = {"overlap": overlap}

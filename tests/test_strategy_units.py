@@ -437,6 +437,7 @@ _PIECES = st.sampled_from(
     max_tokens=st.integers(4, 60),
     overlap=st.integers(0, 4),
 )
+@pytest.mark.slow
 def test_generated_text_keeps_every_invariant(pieces, strategy, max_tokens, overlap, counter):
     text = " ".join(pieces)
     config = config_for(strategy, max_tokens, overlap)

@@ -96,6 +96,7 @@ def test_the_bundled_encoding_has_space_cuts(counter):
 @pytest.mark.parametrize("name", sorted(PATTERN_COUNTERS))
 @settings(max_examples=300)
 @given(text=texts, data=st.data())
+@pytest.mark.slow
 def test_slice_counts_match_encoding_the_slice(name, text, data):
     counter = PATTERN_COUNTERS[name]
     offsets = TokenOffsets(text, 0, len(text), counter)
@@ -168,6 +169,7 @@ def test_surrogates_are_read_as_tiktoken_reads_them_and_mapped_back_to_their_off
 @pytest.mark.parametrize("name", ["cl100k_base", *sorted(PATTERN_COUNTERS)])
 @settings(max_examples=200)
 @given(text=texts_with_surrogates, data=st.data())
+@pytest.mark.slow
 def test_slice_counts_of_text_with_surrogates_match_encoding_the_slice(counter, name, text, data):
     counter = counter if name == "cl100k_base" else PATTERN_COUNTERS[name]
     offsets = TokenOffsets(text, 0, len(text), counter)

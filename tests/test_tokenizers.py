@@ -41,6 +41,7 @@ def no_network(*args, **kwargs):
     raise AssertionError("the tokenizer tried to use the network")
 
 
+@pytest.mark.slow
 def test_cl100k_base_loads_in_a_process_without_network(tmp_path, counter):
     script = textwrap.dedent(
         """

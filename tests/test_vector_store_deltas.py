@@ -290,6 +290,7 @@ def stores_left_behind_by_keep_one(tmp_path_factory) -> tuple[str, dict[str, Pat
 
 
 @pytest.mark.parametrize("name", list(STORES))
+@pytest.mark.slow
 def test_an_empty_store_is_loaded_in_full_from_the_latest_snapshot(name, history, tmp_path):
     store, target = STORES[name], tmp_path / "store"
     assert store.module.synced_snapshot(str(target)) is None
@@ -301,6 +302,7 @@ def test_an_empty_store_is_loaded_in_full_from_the_latest_snapshot(name, history
 
 
 @pytest.mark.parametrize("name", list(STORES))
+@pytest.mark.slow
 def test_one_snapshot_behind_sync_applies_the_delta_and_writes_only_what_changed(name, history, tmp_path):
     store, target = STORES[name], tmp_path / "store"
     previous, latest = history.snapshots[1:]
@@ -337,6 +339,7 @@ def test_one_snapshot_behind_sync_applies_the_delta_and_writes_only_what_changed
 
 
 @pytest.mark.parametrize("name", list(STORES))
+@pytest.mark.slow
 def test_applying_the_same_delta_again_changes_nothing(name, history, tmp_path):
     store, target = STORES[name], tmp_path / "store"
     previous, latest = history.snapshots[1:]
@@ -350,6 +353,7 @@ def test_applying_the_same_delta_again_changes_nothing(name, history, tmp_path):
 
 
 @pytest.mark.parametrize("name", list(STORES))
+@pytest.mark.slow
 def test_a_store_two_snapshots_behind_applies_both_deltas_in_order(name, history, tmp_path):
     store, target = STORES[name], tmp_path / "store"
     first, second, latest = history.snapshots
@@ -370,6 +374,7 @@ def test_a_store_two_snapshots_behind_applies_both_deltas_in_order(name, history
 
 
 @pytest.mark.parametrize("name", list(STORES))
+@pytest.mark.slow
 def test_a_store_whose_next_snapshot_was_dropped_is_reloaded_in_full_and_ends_exact(
     name, stores_left_behind_by_keep_one
 ):
@@ -419,6 +424,7 @@ def stores_behind_a_damaged_output(tmp_path_factory) -> tuple[str, dict[str, Pat
 
 
 @pytest.mark.parametrize("name", list(STORES))
+@pytest.mark.slow
 def test_a_store_behind_a_damaged_snapshot_gets_the_repair_runs_delta_against_the_snapshot_it_holds(
     name, stores_behind_a_damaged_output, tmp_path
 ):
@@ -438,6 +444,7 @@ def test_a_store_behind_a_damaged_snapshot_gets_the_repair_runs_delta_against_th
 
 
 @pytest.mark.parametrize("name", list(STORES))
+@pytest.mark.slow
 def test_a_store_is_reloaded_in_full_when_the_repair_run_found_no_snapshot_to_compare_with(
     name, stores_behind_a_damaged_output, tmp_path
 ):
@@ -459,6 +466,7 @@ def test_a_store_is_reloaded_in_full_when_the_repair_run_found_no_snapshot_to_co
 
 
 @pytest.mark.parametrize("name", list(STORES))
+@pytest.mark.slow
 def test_a_delta_that_fails_verification_is_not_applied_and_the_store_is_reloaded(name, history, tmp_path):
     output = tmp_path / "dataset"
     shutil.copytree(history.url, output)
@@ -522,6 +530,7 @@ def test_a_front_matter_edit_upserts_every_chunk_of_the_document_and_flags_none_
 
 
 @pytest.mark.parametrize("name", list(STORES))
+@pytest.mark.slow
 def test_a_front_matter_edit_costs_no_embedding_and_the_store_holds_the_new_offsets(name, front_matter_edit, tmp_path):
     store, target = STORES[name], tmp_path / "store"
     first, latest = front_matter_edit.snapshots[:2]
@@ -557,6 +566,7 @@ def test_a_front_matter_edit_costs_no_embedding_and_the_store_holds_the_new_offs
 
 
 @pytest.mark.parametrize("name", list(STORES))
+@pytest.mark.slow
 def test_an_upsert_that_keeps_its_embedding_is_embedded_when_the_store_lost_its_vector(
     name, front_matter_edit, tmp_path
 ):

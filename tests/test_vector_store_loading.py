@@ -176,6 +176,7 @@ def test_embedding_is_normalised_float32_and_the_same_in_another_process():
     assert result.stdout == vectors.tobytes()
 
 
+@pytest.mark.slow
 def test_embedding_ranks_a_passage_nearest_to_its_own_text_among_the_sample_chunks(sample_chunks):
     rows = list(sample_chunks.values())
     vectors = embedder.embed(row["text"] for row in rows)
@@ -189,6 +190,7 @@ def test_embedding_ranks_a_passage_nearest_to_its_own_text_among_the_sample_chun
 # --------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_store_holds_one_row_per_chunk_under_its_uuid_with_its_fields_and_vector(loaded_store, sample_chunks):
     name, _, count, stored = loaded_store
     assert count == len(stored) == len(sample_chunks)
@@ -202,6 +204,7 @@ def test_store_holds_one_row_per_chunk_under_its_uuid_with_its_fields_and_vector
         assert np.allclose(row["vector"], embedder.embed([chunk["embed_text"]])[0], atol=1e-6)
 
 
+@pytest.mark.slow
 def test_second_load_leaves_the_store_unchanged(loaded_store, sample_dataset, sample_chunks):
     name, target, _, first = loaded_store
     module, read_rows = STORES[name]
@@ -261,6 +264,7 @@ def test_search_returns_the_chunk_holding_the_passage_with_its_source_position(
     assert lines[0].lstrip("#").strip().strip("`") == passage.heading_path[-1]
 
 
+@pytest.mark.slow
 def test_a_chunk_with_no_heading_is_stored_in_chroma_and_read_back_with_an_empty_heading_path(
     sample_dataset, sample_chunks, tmp_path
 ):
@@ -295,6 +299,7 @@ def test_the_default_embedder_is_wordllama_from_its_wheel(wordllama):
 
 
 @pytest.mark.parametrize("name", list(STORES))
+@pytest.mark.slow
 def test_a_store_loaded_with_the_default_embedder_finds_each_passage(
     name, sample_dataset, sample_chunks, wordllama, tmp_path
 ):
@@ -315,6 +320,7 @@ def test_a_store_loaded_with_the_default_embedder_finds_each_passage(
 
 
 @pytest.mark.parametrize("name", list(STORES))
+@pytest.mark.slow
 def test_a_store_embedded_by_another_model_is_reloaded_from_scratch(
     name, sample_dataset, sample_chunks, wordllama, tmp_path
 ):
@@ -346,6 +352,7 @@ runpy.run_path(script, run_name="__main__")
 
 @pytest.mark.parametrize("name", list(STORES))
 @pytest.mark.parametrize("embedder_args", [[], ["--embedder", "hashing"]], ids=["wordllama", "hashing"])
+@pytest.mark.slow
 def test_the_script_syncs_then_finds_the_passage_offline_and_a_second_run_is_up_to_date(
     name, embedder_args, sample_dataset, sample_chunks, tmp_path
 ):

@@ -25,6 +25,7 @@ from .conftest import (
 pytestmark = pytest.mark.timeout(300)
 
 
+@pytest.mark.slow
 def test_a_corpus_in_azure_is_chunked_rebuilt_and_read_back_as_a_local_run_gives_it(
     azure_container, local_rows, tmp_path
 ):

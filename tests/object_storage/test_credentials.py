@@ -56,6 +56,7 @@ def _local_files(root: Path, *, besides: tuple[Path, ...] = ()) -> dict[str, byt
 
 
 @pytest.mark.parametrize("source", ["environment", "profile", "storage_options"])
+@pytest.mark.slow
 def test_s3_credentials_reach_s3_and_are_never_written_or_logged(
     source, s3_bucket, moto_endpoint, tmp_path, monkeypatch, caplog
 ):
@@ -145,6 +146,7 @@ def _sas_connection_string(endpoint: str, permission: str) -> tuple[str, str]:
     return f"BlobEndpoint={endpoint};SharedAccessSignature={sas}", sas
 
 
+@pytest.mark.slow
 def test_azure_sas_credentials_reach_azure_and_are_never_written_or_logged(
     azure_container, azurite_endpoint, tmp_path, caplog
 ):

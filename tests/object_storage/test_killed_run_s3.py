@@ -52,6 +52,7 @@ raise SystemExit(main(argv))
 """
 
 
+@pytest.mark.slow
 def test_a_run_killed_before_the_manifest_leaves_the_previous_dataset_and_the_next_run_cleans_up(
     s3_bucket, local_rows, tmp_path
 ):

@@ -88,6 +88,7 @@ def _dead_pid() -> int:
 
 
 @pytest.mark.parametrize("store_fixture", STORES)
+@pytest.mark.slow
 def test_runs_that_take_a_new_outputs_lock_at_the_same_moment_get_it_exactly_once(store_fixture, request):
     store = request.getfixturevalue(store_fixture)
     prefixes = [f"fresh-{attempt}/" for attempt in range(ATTEMPTS)]
@@ -95,6 +96,7 @@ def test_runs_that_take_a_new_outputs_lock_at_the_same_moment_get_it_exactly_onc
 
 
 @pytest.mark.parametrize("store_fixture", STORES)
+@pytest.mark.slow
 def test_runs_that_take_over_a_stale_lock_at_the_same_moment_get_it_exactly_once(store_fixture, request):
     store = request.getfixturevalue(store_fixture)
     dead_pid = _dead_pid()
@@ -124,6 +126,7 @@ def test_the_lock_is_created_with_a_conditional_write(store_fixture, request):
 
 
 @pytest.mark.parametrize("store_fixture", STORES)
+@pytest.mark.slow
 def test_a_run_killed_while_taking_over_a_stale_lock_does_not_wedge_the_output(store_fixture, request):
     store = request.getfixturevalue(store_fixture)
     dead = {"host": socket.gethostname(), "pid": _dead_pid(), "started_at_epoch": time.time()}

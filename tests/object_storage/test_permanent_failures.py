@@ -104,6 +104,7 @@ def _fails_quickly_naming(location: str, caplog, attempt):
     return message
 
 
+@pytest.mark.slow
 def test_s3_access_denied_at_the_commit_point_ends_the_run_and_the_previous_dataset_stays(
     s3_bucket, moto_endpoint, local_rows, caplog
 ):
@@ -146,6 +147,7 @@ def _one_document(folder: Path) -> Path:
     return folder / "docs"
 
 
+@pytest.mark.slow
 def test_s3_credentials_that_are_not_valid_end_the_run_and_the_previous_dataset_stays(
     s3_bucket, moto_endpoint, local_rows, caplog, tmp_path
 ):
@@ -178,6 +180,7 @@ def test_s3_output_bucket_that_does_not_exist_ends_the_run_and_is_not_created(s3
     assert missing not in buckets, "the run created the mistyped output bucket"
 
 
+@pytest.mark.slow
 def test_azure_account_key_that_is_wrong_ends_the_run_and_the_previous_dataset_stays(
     azure_container, azurite_endpoint, local_rows, caplog, tmp_path
 ):

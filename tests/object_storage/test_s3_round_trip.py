@@ -26,6 +26,7 @@ from .conftest import (
 pytestmark = pytest.mark.timeout(300)
 
 
+@pytest.mark.slow
 def test_a_corpus_in_s3_is_chunked_rebuilt_and_read_back_as_a_local_run_gives_it(s3_bucket, local_rows, tmp_path):
     files = corpus_files()
     s3_bucket.upload_corpus(files)

@@ -344,6 +344,7 @@ def _not_the_lock(kind: str, target: str) -> bool:
 # --------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_s3_reads_and_writes_that_fail_are_retried_and_the_dataset_is_the_same(s3_bucket, s3_faults, caplog):
     faults = _run_with_and_without_faults(
         s3_bucket, s3_faults, {"read": 2, "write": 1, "copy": 1}, caplog, _not_the_lock
@@ -357,6 +358,7 @@ def test_s3_reads_and_writes_that_fail_are_retried_and_the_dataset_is_the_same(s
     assert "attempt 2 of 5, retrying" in caplog.text
 
 
+@pytest.mark.slow
 def test_azure_reads_and_writes_that_fail_are_retried_and_the_dataset_is_the_same(
     azure_container, azure_faults, caplog
 ):
@@ -370,6 +372,7 @@ def test_azure_reads_and_writes_that_fail_are_retried_and_the_dataset_is_the_sam
     assert {name for _, _, name in faults.failed} == set(AZURE_TRANSIENT_ERRORS)
 
 
+@pytest.mark.slow
 def test_s3_listing_of_the_input_that_fails_is_retried_and_no_document_is_lost(s3_bucket, s3_faults, caplog):
     faults = _run_with_and_without_faults(
         s3_bucket, s3_faults, {"list": 2}, caplog, lambda kind, target: target.startswith("docs")
@@ -382,6 +385,7 @@ def test_s3_listing_of_the_input_that_fails_is_retried_and_no_document_is_lost(s
 # --------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_s3_reads_and_writes_of_the_output_lock_that_fail_are_retried(s3_bucket, s3_faults, caplog):
     faults = _run_with_and_without_faults(
         s3_bucket,
@@ -393,6 +397,7 @@ def test_s3_reads_and_writes_of_the_output_lock_that_fail_are_retried(s3_bucket,
     assert {kind for kind, _, _ in faults.failed} >= {"read", "write"}
 
 
+@pytest.mark.slow
 def test_s3_listings_lookups_and_deletes_of_the_output_that_fail_are_retried(s3_bucket, s3_faults, caplog):
     faults = _run_with_and_without_faults(
         s3_bucket, s3_faults, {"list": 1, "head": 1, "delete": 1}, caplog, lambda kind, target: target.startswith("out")

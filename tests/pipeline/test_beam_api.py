@@ -85,6 +85,7 @@ def assert_same_parts(output: Path, expected: dict[str, str]) -> None:
     assert changed == [], f"different bytes in {changed}"
 
 
+@pytest.mark.slow
 def test_example_on_fn_api_runner_publishes_chunkline_runs_dataset(corpus_and_reference, tmp_path):
     root, reference, expected = corpus_and_reference
     output = tmp_path / "example"
@@ -121,6 +122,7 @@ def test_example_on_fn_api_runner_publishes_chunkline_runs_dataset(corpus_and_re
     assert summary.rebuild["documents_carried_over"] == len(CORPUS)
 
 
+@pytest.mark.slow
 def test_example_on_dask_runner_publishes_chunkline_runs_dataset(corpus_and_reference, tmp_path):
     from dask.distributed import LocalCluster
 
@@ -141,6 +143,7 @@ def chunkline_pipeline() -> beam.Pipeline:
     return beam.Pipeline(runner=FnApiRunner())
 
 
+@pytest.mark.slow
 def test_chunk_rows_work_with_select_and_to_dataframe(corpus_and_reference):
     root, reference, _ = corpus_and_reference
     tokens_per_document: dict[str, int] = {}
@@ -164,6 +167,7 @@ def test_chunk_rows_work_with_select_and_to_dataframe(corpus_and_reference):
         assert_that(pairs, equal_to(expected), label="ByDataFrame")
 
 
+@pytest.mark.slow
 def test_error_rows_come_out_on_their_own(corpus_and_reference):
     root, _, _ = corpus_and_reference
     config = config_for(root, Path("unused"))
@@ -219,6 +223,7 @@ def test_a_row_type_follows_a_chunks_schema_with_more_columns():
         row_type_for(pa.schema([pa.field("when", pa.duration("s"))]), "Unsupported")
 
 
+@pytest.mark.slow
 def test_publish_refuses_when_another_run_published_after_the_pipeline_was_built(corpus_and_reference, tmp_path):
     root, _, _ = corpus_and_reference
     output = tmp_path / "contested"
@@ -236,6 +241,7 @@ def test_publish_refuses_when_another_run_published_after_the_pipeline_was_built
     assert not (output / "_lock.json").exists()
 
 
+@pytest.mark.slow
 def test_a_failed_pipeline_publishes_nothing(corpus_and_reference, tmp_path):
     root, reference, _ = corpus_and_reference
     output = tmp_path / "failed"
@@ -258,6 +264,7 @@ def test_a_failed_pipeline_publishes_nothing(corpus_and_reference, tmp_path):
     assert manifest(output)["snapshots"] == [published["run_id"]]
 
 
+@pytest.mark.slow
 def test_with_a_plan_the_pipeline_carries_unchanged_documents_over(corpus_and_reference, tmp_path):
     root, _, _ = corpus_and_reference
     corpus = tmp_path / "corpus"
@@ -296,6 +303,7 @@ def test_the_docs_show_the_examples_pipeline_file_itself():
     assert (EXAMPLE.parents[1] / "examples" / "beam_pipeline.py") == EXAMPLE
 
 
+@pytest.mark.slow
 def test_publish_fails_while_another_run_holds_the_lock(corpus_and_reference, tmp_path):
     root, _, _ = corpus_and_reference
     output = tmp_path / "locked"
@@ -313,6 +321,7 @@ def test_publish_fails_while_another_run_holds_the_lock(corpus_and_reference, tm
     assert manifest(output)["run_id"] == published["run_id"]
 
 
+@pytest.mark.slow
 def test_publish_refuses_a_snapshot_that_deletes_most_documents(corpus_and_reference, tmp_path):
     root, _, _ = corpus_and_reference
     output = tmp_path / "shrunk"
@@ -327,6 +336,7 @@ def test_publish_refuses_a_snapshot_that_deletes_most_documents(corpus_and_refer
     assert not (output / "_lock.json").exists()
 
 
+@pytest.mark.slow
 def test_a_retried_publish_step_finds_its_run_published_and_publishes_nothing_more(corpus_and_reference, tmp_path):
     from chunkline.transforms.dataset import _PublishRunFn
     from chunkline.transforms.in_process import apply_in_process
@@ -375,6 +385,7 @@ Rebuild once after the upgrade: the chunking version changed, so every document 
 """
 
 
+@pytest.mark.slow
 def test_example_with_front_matter_columns_publishes_chunkline_runs_dataset(corpus_and_reference, tmp_path):
     """The config's promoted front-matter columns reach the example's row type and its parts, as in
     ``chunkline run``: the same part files, with typed ``tags`` and ``version`` columns."""

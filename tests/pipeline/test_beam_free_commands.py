@@ -66,6 +66,7 @@ def probe(tmp_path: Path, *argv: str) -> Probed:
     )
 
 
+@pytest.mark.slow
 def test_help_and_chunk_do_not_import_beam(tmp_path):
     corpus = write_corpus(tmp_path / "corpus")
     help_probe = probe(tmp_path, "--help")
@@ -78,6 +79,7 @@ def test_help_and_chunk_do_not_import_beam(tmp_path):
     assert beam == []
 
 
+@pytest.mark.slow
 def test_runs_in_process_without_a_beam_argument_do_not_import_beam_and_inspect_neither(tmp_path):
     corpus = write_corpus(tmp_path / "corpus")
     output = tmp_path / "dataset"
@@ -129,6 +131,7 @@ def test_runs_in_process_without_a_beam_argument_do_not_import_beam_and_inspect_
     [["--runner", "FnApiRunner"], ["--direct_running_mode=in_memory"]],
     ids=["runner", "another-beam-option"],
 )
+@pytest.mark.slow
 def test_a_run_given_a_beam_argument_runs_a_beam_pipeline(tmp_path, beam_argument):
     corpus = write_corpus(tmp_path / "corpus")
     output = tmp_path / "dataset"
@@ -140,6 +143,7 @@ def test_a_run_given_a_beam_argument_runs_a_beam_pipeline(tmp_path, beam_argumen
     assert sorted(rows_by_doc(output, "chunks")) == sorted(CORPUS)
 
 
+@pytest.mark.slow
 def test_a_run_with_a_beam_option_still_has_it_checked_by_beam(tmp_path):
     """Beam's option parser is skipped only when every option is chunkline's own: a misspelt Beam option
     on an incremental run is still refused."""

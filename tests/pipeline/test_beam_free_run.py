@@ -85,6 +85,7 @@ def _config(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_the_run_without_a_runner_stages_the_runners_files_byte_for_byte(realistic_inputs, tmp_path):
     root, second = realistic_inputs
     inputs = [root, second]

@@ -227,6 +227,7 @@ def read_dataset_manifest(output: Path, snapshot: str) -> dict:
     return json.loads((output / "snapshots" / snapshot / "_manifest.json").read_text(encoding="utf-8"))
 
 
+@pytest.mark.slow
 def test_a_second_run_of_one_pipeline_fails_before_writing_and_a_rebuilt_pipeline_publishes(tmp_path, capsys):
     corpus = write_corpus(tmp_path / "corpus")
     output = tmp_path / "out"

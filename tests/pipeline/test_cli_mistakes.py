@@ -85,6 +85,7 @@ def test_an_input_after_the_options_is_refused_not_dropped(docs, tmp_path, capsy
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_beam_options_are_passed_through_to_a_real_run(docs, tmp_path, capsys):
     output = tmp_path / "out"
     code = main(["run", str(docs), "--output", str(output), "--direct_num_workers", "1", "--save_main_session"])
@@ -325,6 +326,7 @@ def test_an_unexpected_error_is_one_line_with_exit_1_and_the_debug_hint(docs, tm
         main(arguments)
 
 
+@pytest.mark.slow
 def test_a_missing_tokenizer_is_reported_once_by_the_program(docs, tmp_path):
     """The whole stderr of ``chunkline run``: the encoding is loaded once, in the driver, before any work."""
     arguments = ["run", str(docs), "--output", str(tmp_path / "out"), "--set", "tokenizer=o200k_base"]

@@ -104,6 +104,7 @@ def chunkline_warnings(caplog) -> list[str]:
 
 
 @pytest.mark.parametrize("name", list(DAMAGES))
+@pytest.mark.slow
 def test_after_one_damage_inspect_answers_in_one_line_and_the_next_run_publishes_a_clean_runs_dataset(
     name, history, tmp_path, capsys, caplog
 ):
@@ -141,6 +142,7 @@ REINDEXED = (
 
 
 @pytest.mark.parametrize("name", REINDEXED)
+@pytest.mark.slow
 def test_a_reindex_run_after_one_damage_publishes_a_clean_runs_dataset(name, history, tmp_path):
     output = damaged_copy(history, tmp_path, name)
     summary = run([history.corpus], output, "run.reindex=true")
@@ -148,6 +150,7 @@ def test_a_reindex_run_after_one_damage_publishes_a_clean_runs_dataset(name, his
     check_rerun(str(output), history.reference, history.snapshots, DAMAGES[name])
 
 
+@pytest.mark.slow
 def test_the_chunkline_program_rebuilds_a_damaged_output_with_one_warning_and_inspect_says_one_line(history, tmp_path):
     output = damaged_copy(history, tmp_path, "latest chunks part bit-flipped")
     inspected = chunkline_program("inspect", str(output))
@@ -162,6 +165,7 @@ def test_the_chunkline_program_rebuilds_a_damaged_output_with_one_warning_and_in
     check_rerun(str(output), history.reference, history.snapshots, DAMAGES["latest chunks part bit-flipped"])
 
 
+@pytest.mark.slow
 def test_the_chunkline_program_publishes_a_new_root_manifest_over_a_truncated_one(history, tmp_path):
     output = damaged_copy(history, tmp_path, "root manifest truncated")
     inspected = chunkline_program("inspect", str(output))
@@ -288,6 +292,7 @@ def _part_name(shard: int, data: bytes) -> str:
     position=st.integers(0, 511),
     bit=st.integers(0, 7),
 )
+@pytest.mark.slow
 def test_a_part_verifies_exactly_when_its_bytes_are_the_ones_its_name_hashes(data, shard, position, bit):
     name = f"snapshots/x/chunks/{_part_name(shard, data)}"
     verify_part(name, data)

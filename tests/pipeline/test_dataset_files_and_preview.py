@@ -43,6 +43,7 @@ def local_dataset(tmp_path_factory) -> tuple[str, str]:
     return str(corpus), str(output)
 
 
+@pytest.mark.slow
 def test_local_parts_are_plain_absolute_paths_every_reader_opens(local_dataset):
     _, output = local_dataset
     expected = sorted(

@@ -62,6 +62,7 @@ def test_in_process_runs_are_byte_identical(corpus_and_reference, tmp_path):
     assert manifest(tmp_path / "again")["run_id"] != before
 
 
+@pytest.mark.slow
 def test_multi_processing_runner_with_two_workers_is_byte_identical(corpus_and_reference, tmp_path, caplog):
     """Called from a program (this test process, which has run pipelines and holds their threads), the run
     never forks: Beam starts the two worker processes."""
@@ -81,6 +82,7 @@ def test_multi_processing_runner_with_two_workers_is_byte_identical(corpus_and_r
     assert set(child_processes()) - already_running == set()
 
 
+@pytest.mark.slow
 def test_chunkline_command_with_two_forked_workers_is_byte_identical(corpus_and_reference, tmp_path):
     """The ``chunkline`` program forks its two workers from itself, and their files are the in-process run's."""
     root, _, expected = corpus_and_reference
@@ -121,6 +123,7 @@ def child_processes() -> list[int]:
     return children
 
 
+@pytest.mark.slow
 def test_dask_runner_on_a_local_cluster_is_byte_identical(corpus_and_reference, tmp_path):
     from dask.distributed import LocalCluster, default_client
 

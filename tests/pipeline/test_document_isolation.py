@@ -112,6 +112,7 @@ def test_front_matter_with_odd_keys_aliases_and_recursion_publishes_with_every_d
     max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
 )
 @given(bodies=st.lists(yaml_front_matter(), min_size=3, max_size=12))
+@pytest.mark.slow
 def test_generated_yaml_front_matter_always_publishes_one_row_per_document(tmp_path_factory, bodies):
     files = {
         f"generated/doc{number}.md": f"---\n{body}---\n# Document {number}\n\nBody text {number}.\n".encode()

@@ -142,6 +142,7 @@ class WorkerCrash(RuntimeError):
     ],
     ids=["read", "chunk", "spill", "read-without-runner", "chunk-without-runner", "spill-without-runner"],
 )
+@pytest.mark.slow
 def test_an_exception_escaping_a_dofn_on_the_nth_element_fails_the_run_and_publishes_nothing(
     tmp_path, monkeypatch, dofn, beam_args
 ):
@@ -236,6 +237,7 @@ def flaky(monkeypatch):
     FlakyFileSystem.clear_instance_cache()
 
 
+@pytest.mark.slow
 def test_storage_writes_and_reads_that_fail_once_are_retried_and_the_dataset_is_the_same(tmp_path, flaky, caplog):
     root = write_corpus(tmp_path / "corpus")
     run([root], tmp_path / "local")

@@ -58,6 +58,7 @@ def test_a_name_that_is_not_utf8_gets_a_percent_escaped_id_and_is_read_through_i
     assert summary.documents_error == 0 and summary.documents_ok == len(docs)
 
 
+@pytest.mark.slow
 def test_an_incremental_run_carries_such_a_file_over_and_sees_its_edit(named, tmp_path):
     output = tmp_path / "out"
     run([named], output)
@@ -85,6 +86,7 @@ name_bytes = st.binary(min_size=1, max_size=40).filter(lambda name: b"/" not in 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(names=st.lists(name_bytes, min_size=1, max_size=6, unique=True))
+@pytest.mark.slow
 def test_any_byte_names_give_one_documents_row_each_with_distinct_valid_utf8_ids(names):
     with tempfile.TemporaryDirectory() as base:
         corpus = Path(base) / "corpus"

@@ -202,6 +202,7 @@ def test_a_manifest_whose_columns_cannot_be_read_is_not_trusted(published):
     assert manifest_problem(manifest(output)) is None
 
 
+@pytest.mark.slow
 def test_same_columns_carry_over_other_columns_rebuild_and_upsert_every_chunk(published, tmp_path):
     corpus, first, config_file = published
     output = tmp_path / "out"

@@ -31,6 +31,7 @@ def wordpiece_file(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_a_run_counts_with_the_tokenizer_json_and_a_tokenizer_change_rebuilds(corpus, tmp_path, wordpiece_file):
     output = tmp_path / "out"
     digest = hashlib.sha256(wordpiece_file.read_bytes()).hexdigest()
@@ -59,6 +60,7 @@ def test_a_run_counts_with_the_tokenizer_json_and_a_tokenizer_change_rebuilds(co
                 assert row["token_count"] == len(fresh.encode(row["text"], add_special_tokens=False).ids)
 
 
+@pytest.mark.slow
 def test_worker_processes_load_the_tokenizer_json_and_write_the_same_chunks(corpus, tmp_path, wordpiece_file):
     settings = (
         "tokenizer=huggingface",

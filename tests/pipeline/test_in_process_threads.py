@@ -61,6 +61,7 @@ def _edit(corpus: Path) -> None:
     (corpus / "sample" / "operations" / "windows-install.md").unlink()
 
 
+@pytest.mark.slow
 def test_shards_merged_on_threads_are_the_parts_one_thread_merges(corpus, tmp_path, monkeypatch):
     outputs = {threads: tmp_path / f"dataset-{threads}" for threads in (1, 3)}
     calls = []
@@ -100,6 +101,7 @@ def test_shards_merged_on_threads_are_the_parts_one_thread_merges(corpus, tmp_pa
     assert (changes["added"], changes["changed"], changes["deleted"]) == (1, 1, 1)
 
 
+@pytest.mark.slow
 def test_a_failed_shard_merge_fails_the_run_and_publishes_nothing(corpus, tmp_path, monkeypatch):
     output = tmp_path / "dataset"
     _run(corpus, output, "run.workers=0")
@@ -237,6 +239,7 @@ def test_without_a_load_average_every_core_counts_as_free(monkeypatch):
     assert sink.merge_threads(8) == 2
 
 
+@pytest.mark.slow
 def test_shards_too_large_to_merge_side_by_side_are_merged_one_at_a_time(corpus, tmp_path, monkeypatch):
     """Two merges at once hold two shards' rows: the run merges on one thread once its largest shard,
     counting the spilled rows and the previous snapshot's part it reads, is over the bound."""

@@ -190,6 +190,7 @@ def test_one_edit_one_addition_one_deletion_are_exactly_the_delta(corpus, tmp_pa
     assert_document_chunks(rows_by_doc(output, "chunks")[EDITED], (corpus / EDITED).read_bytes())
 
 
+@pytest.mark.slow
 def test_a_front_matter_edit_moves_every_offset_but_changes_no_embedding_unless_it_changes_the_title(corpus, tmp_path):
     output = tmp_path / "out"
     run([corpus], output, "max_tokens=64", "overlap_tokens=0")
@@ -224,6 +225,7 @@ def test_a_front_matter_edit_moves_every_offset_but_changes_no_embedding_unless_
 @pytest.mark.parametrize(
     "in_process_max_documents, beam_args", [(256, None), (0, ["--runner", "FnApiRunner"])], ids=["in-process", "runner"]
 )
+@pytest.mark.slow
 def test_the_incremental_result_equals_a_full_rebuild_of_the_same_corpus(
     corpus, tmp_path, in_process_max_documents, beam_args
 ):
@@ -246,6 +248,7 @@ def test_the_incremental_result_equals_a_full_rebuild_of_the_same_corpus(
     assert readme["modified_time"].timestamp() == 1_700_000_000
 
 
+@pytest.mark.slow
 def test_a_changed_chunking_config_rebuilds_everything_by_itself(corpus, tmp_path, chunked_documents):
     output = tmp_path / "out"
     run([corpus], output, "max_tokens=256")
@@ -262,6 +265,7 @@ def test_a_changed_chunking_config_rebuilds_everything_by_itself(corpus, tmp_pat
     assert all(row["chunks_upserted"] > 0 for row in changes.values() if row["change"] == "changed")
 
 
+@pytest.mark.slow
 def test_a_changed_row_group_byte_cap_rebuilds_everything_into_the_new_row_groups(corpus, tmp_path, chunked_documents):
     """``output.row_group_bytes`` decides the part files (not the rows): changing it rebuilds in full, the
     same rows in other row groups, so that an incremental run after it still writes a full rebuild's files."""
@@ -285,6 +289,7 @@ def test_a_changed_row_group_byte_cap_rebuilds_everything_into_the_new_row_group
     assert again.rebuild["mode"] == "incremental" and chunked_documents == []
 
 
+@pytest.mark.slow
 def test_reindex_chunks_everything_and_finds_nothing_changed(corpus, tmp_path, chunked_documents, capsys):
     from chunkline.pipelines.cli import main
 
@@ -314,6 +319,7 @@ def test_inspect_shows_the_rebuild_and_the_change_counts(corpus, tmp_path, capsy
     assert f"{summary.run_id} (latest)" in text
 
 
+@pytest.mark.slow
 def test_snapshots_beyond_keep_are_removed_after_the_new_one_is_published(corpus, tmp_path):
     output = tmp_path / "out"
     run_ids = []
@@ -358,6 +364,7 @@ def test_a_run_refuses_an_output_whose_lock_a_live_run_holds(corpus, tmp_path):
     assert not (output / "_lock.json").exists()
 
 
+@pytest.mark.slow
 def test_two_rebuilds_at_once_only_one_publishes_and_the_next_run_takes_over_a_dead_runs_lock(corpus, tmp_path):
     output = tmp_path / "out"
     run([corpus], output)

@@ -149,6 +149,7 @@ def test_single_file_input_has_its_file_name_as_doc_id(reference, tmp_path):
     assert documents(output)["installation.md"]["status"] == "ok"
 
 
+@pytest.mark.slow
 def test_input_path_with_dot_dot_gives_clean_doc_ids(reference, tmp_path, monkeypatch):
     root, reference_output = reference
     output = tmp_path / "out"
@@ -221,6 +222,7 @@ def test_zip_archive_subfolder_is_the_root(reference, tmp_path):
     ],
     ids=["include", "exclude", "include-and-exclude"],
 )
+@pytest.mark.slow
 def test_include_and_exclude_patterns_match_doc_ids(reference, tmp_path, overrides, expected):
     root, reference_output = reference
     output = tmp_path / "out"

@@ -105,6 +105,7 @@ def _run_and_kill(corpus: Path, output: Path, stall_at: str, tmp_path: Path) -> 
 
 
 @pytest.mark.parametrize("stall_at", ["pipeline", "publish"])
+@pytest.mark.slow
 def test_a_killed_run_leaves_the_previous_dataset_and_the_rerun_matches(tmp_path, stall_at):
     corpus = write_corpus(tmp_path / "corpus")
     output = tmp_path / "out"

@@ -81,6 +81,7 @@ def summary_counts(summary) -> dict[str, int]:
     return {name: getattr(summary, name) for name in names}
 
 
+@pytest.mark.slow
 def test_metrics_equal_the_datasets_counts_in_full_and_incremental_runs(
     inputs_with_bad_and_duplicate_documents, pipeline_results, tmp_path, caplog
 ):

@@ -107,6 +107,7 @@ def test_an_input_root_that_cannot_be_listed_fails_naming_it(published, capsys, 
     assert all_file_digests(output) == before
 
 
+@pytest.mark.slow
 def test_an_object_store_listing_that_keeps_failing_publishes_nothing(memory_fs, monkeypatch, capsys):
     write_files_to_memory(memory_fs, "/docs", CORPUS)
     run(["memory://docs"], "memory://out")

@@ -285,6 +285,7 @@ def _edit_corpus(root: Path) -> None:
     write_files(root, {"guide/faq.md": b"# FAQ\n\n## Why is the tide late?\n\nThe gauge reports every minute.\n"})
 
 
+@pytest.mark.slow
 def test_failed_pipeline_leaves_the_previous_dataset_then_a_rerun_matches_an_uninterrupted_run(tmp_path, monkeypatch):
     root = write_corpus(tmp_path / "corpus")
     output = tmp_path / "dataset"
@@ -315,6 +316,7 @@ def test_failed_pipeline_leaves_the_previous_dataset_then_a_rerun_matches_an_uni
     assert "guide/faq.md" in documents(output)
 
 
+@pytest.mark.slow
 def test_failure_before_the_manifest_is_written_keeps_the_old_dataset_for_readers(tmp_path, monkeypatch):
     root = write_corpus(tmp_path / "corpus")
     output = tmp_path / "dataset"

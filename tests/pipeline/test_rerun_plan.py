@@ -74,6 +74,7 @@ def test_the_previous_rows_are_those_pyarrow_converts(published):
     assert rows[0]["modified_time"] is None and rows == unknown.select(list(_PLANNED_COLUMNS)).to_pylist()
 
 
+@pytest.mark.slow
 def test_the_driver_steps_of_a_rerun_import_no_pandas(published):
     corpus, output = published
     (corpus / EDITED).write_bytes(CORPUS[EDITED] + b"\n\nOne more paragraph to chunk.\n")

@@ -42,6 +42,7 @@ def collector_restored():
         gc.enable()
 
 
+@pytest.mark.slow
 def test_each_run_freezes_the_collector_and_unfreezes_it_after(tmp_path, frozen_counts_while_listing, capsys):
     corpus = write_corpus(tmp_path / "corpus")
     output = tmp_path / "dataset"
@@ -65,6 +66,7 @@ def test_a_run_that_publishes_nothing_unfreezes_the_collector(tmp_path, frozen_c
     assert gc.get_freeze_count() == 0
 
 
+@pytest.mark.slow
 def test_objects_a_program_froze_stay_frozen(tmp_path, frozen_counts_while_listing, collector_restored, capsys):
     corpus = write_corpus(tmp_path / "corpus")
     gc.freeze()

@@ -75,6 +75,7 @@ def _secrets_in(data: bytes) -> list[str]:
 
 
 @pytest.mark.parametrize("workers", [0, 2], ids=["in-process", "two-worker-processes"])
+@pytest.mark.slow
 def test_credentials_from_the_environment_never_appear_in_outputs_logs_or_errors(tmp_path, workers):
     root = write_corpus(tmp_path / "corpus")
     write_files(root, {"private/locked.md": b"# Locked\n\nOnly for the harbour master.\n", "bad.md": b"# Bad \xff\n"})
@@ -240,6 +241,7 @@ INPUT_SPELLINGS = {
 
 
 @pytest.mark.parametrize("spelling", INPUT_SPELLINGS.values(), ids=INPUT_SPELLINGS.keys())
+@pytest.mark.slow
 def test_doc_ids_never_climb_out_of_the_input_whatever_its_spelling(tmp_path, monkeypatch, spelling):
     root = write_corpus(tmp_path / "corpus")
     (tmp_path / "work").mkdir()

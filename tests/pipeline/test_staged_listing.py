@@ -78,11 +78,13 @@ def _graph_bytes(tmp_path: Path, documents: int) -> int:
     return len(pipeline.to_runner_api().SerializeToString())
 
 
+@pytest.mark.slow
 def test_the_job_graph_does_not_grow_with_the_documents_read(tmp_path):
     small, large = _graph_bytes(tmp_path, 10), _graph_bytes(tmp_path, 3_000)
     assert large - small < 1_000, f"{small:,} bytes for 10 documents, {large:,} for 3,000"
 
 
+@pytest.mark.slow
 def test_a_run_reading_a_staged_listing_leaves_no_staging_behind(tmp_path):
     corpus = write_files(
         tmp_path / "corpus",

@@ -86,6 +86,7 @@ def test_members_inside_the_archive_are_chunked_beside_them(archive_run):
     assert "".join(row["text"] for row in chunks["ok/a.md"]) == INSIDE["ok/a.md"].decode()
 
 
+@pytest.mark.slow
 def test_no_row_of_any_table_has_a_doc_id_that_climbs(archive_run):
     base, output = archive_run
     doc_ids = {row["doc_id"] for table in ("chunks", "documents", "errors") for row in rows(output, table)}
