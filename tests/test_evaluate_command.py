@@ -45,7 +45,6 @@ def test_the_sample_questions_slice_out_their_stated_text():
             assert text[reference["start_char"] : reference["end_char"]] == reference["content"]
 
 
-@pytest.mark.slow
 def test_sample_corpus_with_both_retrievers(capsys, tmp_path):
     small = tmp_path / "small.yaml"
     small.write_text("chunking:\n  max_tokens: 128\n", encoding="utf-8")

@@ -85,7 +85,6 @@ def test_the_report_extra_holds_matplotlib_and_the_test_extra_installs_it():
     assert requirement_names(extras["report"]) <= requirement_names(extras["test"])
 
 
-@pytest.mark.slow
 def test_python_dash_m_chunkline_is_the_command_line(tmp_path):
     document = tmp_path / "notes.md"
     document.write_text("# Notes\n\nIt\u2019s the caf\u00e9 by the quay.\n", encoding="utf-8")
