@@ -26,6 +26,7 @@ The rule is :mod:`benchmarks.question_sets.section_pairs` with these parts:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from benchmarks.question_sets import SETS, BuiltSet
@@ -36,7 +37,7 @@ COMMIT = "64765b4b02389318f2113119dd9e491479f978a0"
 RULE = SectionPairRule(question_titles=("Summary",), answer_titles=("Proposal",))
 
 
-def build(source: Path, count_tokens) -> BuiltSet:
+def build(source: Path, count_tokens: Callable[[str], int]) -> BuiltSet:
     note = (
         f"{SET_NAME}: kubernetes/enhancements {COMMIT[:12]}, keps/; question = Summary (cut from the corpus), "
         "reference = opening of Proposal"

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -124,7 +125,7 @@ def rewrite_examples(doc_id: str, text: str, body_start: int) -> tuple[str, list
     return rewritten, [Example(doc_id, *item) for item in pending]
 
 
-def build(source: Path, count_tokens) -> BuiltSet:
+def build(source: Path, count_tokens: Callable[[str], int]) -> BuiltSet:
     read, left_out = read_source_documents(source)
     return build_from_documents(read, left_out)
 

@@ -1,4 +1,4 @@
-"""The rule the sets of this package share: a section that states what a document is about is the question,
+"""The rule the proposal sets of this package share (``swift-proposals``, ``keps``): a section that states what a document is about is the question,
 the opening of a later section that answers it is the reference, and the question's words are taken out of
 the searched text.
 

@@ -15,8 +15,10 @@ The rule is :mod:`benchmarks.question_sets.section_pairs` with these parts:
 - question: the section headed ``Introduction``, where the author says in a paragraph or two what the
   proposal changes, less a paragraph starting ``Swift-evolution`` (the line of links to the forum thread,
   which stays in the text); 30 to 1,500 characters;
-- answer: the opening of the section headed ``Proposed solution`` at the same heading level (where the
-  author first explains the change), whole blocks within 2,000 characters, at least 300;
+- answer: the opening of the first section after it, at the same heading level, headed ``Proposed
+  solution`` (or, in proposals written without one, ``Proposed design``, ``Proposed approach`` or
+  ``Detailed design``): where the author first explains the change; whole blocks within 2,000 characters,
+  at least 300;
 - the introduction's blocks are cut out of the searched document (its heading stays), so the question is
   the author's summary in words no document still holds, and what is measured is whether a system's
   chunks let a search reach the solution's opening from it;
@@ -27,6 +29,7 @@ The rule is :mod:`benchmarks.question_sets.section_pairs` with these parts:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from benchmarks.question_sets import SETS, BuiltSet
@@ -36,15 +39,15 @@ SET_NAME = "swift-proposals"
 COMMIT = "0105e139a22938561c700cfbb89ddc3ebe402f0c"
 RULE = SectionPairRule(
     question_titles=("Introduction",),
-    answer_titles=("Proposed solution",),
+    answer_titles=("Proposed solution", "Proposed design", "Proposed approach", "Detailed design"),
     question_skip_prefixes=("Swift-evolution",),
 )
 
 
-def build(source: Path, count_tokens) -> BuiltSet:
+def build(source: Path, count_tokens: Callable[[str], int]) -> BuiltSet:
     note = (
         f"{SET_NAME}: swiftlang/swift-evolution {COMMIT[:12]}, proposals/; question = Introduction (cut from "
-        "the corpus), reference = opening of Proposed solution"
+        "the corpus), reference = opening of Proposed solution (or Proposed design, Proposed approach, Detailed design)"
     )
     return build_section_pair_set(source, RULE, [note])
 
