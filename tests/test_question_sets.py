@@ -73,10 +73,21 @@ def test_swift_question_is_the_introduction_cut_from_the_text_and_the_reference_
     assert not built.held_out
 
 
+def test_a_proposal_without_a_proposed_solution_answers_from_its_design_section(tmp_path):
+    text = proposal(solution_title="Proposed design").replace("## Detailed design", "## Future directions")
+    built = build("swift-proposals", write(tmp_path, {"9001-beacon.md": text}))
+    (question,) = built.questions
+    ((_, rewritten),) = built.documents
+    (reference,) = question.references
+    assert rewritten[reference.start_char : reference.end_char] == OPENING
+
+
 def test_a_document_without_a_question_is_searched_as_written_and_counted_by_reason(tmp_path):
     files = {
         "0001-no-introduction.md": proposal().replace("## Introduction", "## Overview"),
-        "0002-no-solution.md": proposal(solution_title="Alternatives considered"),
+        "0002-no-solution.md": proposal(solution_title="Alternatives considered").replace(
+            "## Detailed design", "## Source compatibility"
+        ),
         "0003-short-solution.md": proposal(opening="We add a `Beacon` type."),
         "0004-tiny-introduction.md": proposal(introduction="Beacons."),
         "0005-good.md": proposal(introduction=f"{INTRODUCTION} Records are signed by the keeper."),
