@@ -70,6 +70,8 @@ MAX_CORPUS_CHARS = 5_000_000
 MAX_QUESTIONS = 250
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 _WHITESPACE = re.compile(r"\s+")
+_BLOCK_PARSER = MarkdownIt("commonmark").enable("table").disable("inline")
+"""CommonMark with tables; inline content is left unparsed (only block ranges and heading text are read)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +115,7 @@ def top_level_blocks(text: str, body_start: int = 0) -> list[TopBlock]:
     """The top-level blocks of ``text[body_start:]`` (the text after front matter), in order, by a
     CommonMark parse (markdown-it-py, tables on); ranges are offsets into ``text``."""
     body = text[body_start:]
-    tokens = MarkdownIt("commonmark").enable("table").parse(body)
+    tokens = _BLOCK_PARSER.parse(body)
     starts = [0, *(match.end() for match in _LINE_BREAK.finditer(body)), len(body)]
     blocks: list[TopBlock] = []
     for index, token in enumerate(tokens):
