@@ -201,7 +201,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive_count,
         default=1000,
         metavar="N",
-        help="retrieved tokens per question, counted in cl100k_base on the chunks' text (default 1000)",
+        help="retrieved tokens per question, counted in cl100k_base on the chunks' text; the chunk that crosses "
+        "the budget is cut to it (default 1000)",
     )
     evaluate.add_argument(
         "--retriever",

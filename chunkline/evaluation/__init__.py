@@ -26,6 +26,7 @@ _EXPORTS = {
     "RetrievedRange": "chunkline.evaluation.metrics",
     "score_question": "chunkline.evaluation.metrics",
     "Bm25Index": "chunkline.evaluation.retrieval",
+    "BudgetShare": "chunkline.evaluation.retrieval",
     "Embedder": "chunkline.evaluation.retrieval",
     "EmbeddingIndex": "chunkline.evaluation.retrieval",
     "EvaluationExtraMissingError": "chunkline.evaluation.retrieval",

@@ -2,9 +2,10 @@
 
 :func:`evaluate_configs` chunks the corpus with each config (in this process, with the engine), builds an
 index over the chunks for each retriever (the embedding model and BM25), and for every question takes the
-best chunks of the ranking that fit in the same budget of retrieved tokens for every config
+best chunks of the ranking within the same budget of retrieved tokens for every config
 (:func:`~chunkline.evaluation.retrieval.take_within_budget`, counted in cl100k_base on the chunks'
-verbatim text). The retrieved chunks' character ranges are scored against the question's reference spans
+verbatim text): whole chunks while they fit, then the chunk that crosses the budget up to it, its character
+range cut in the same proportion as its tokens. The retrieved character ranges are scored against the question's reference spans
 (:func:`~chunkline.evaluation.metrics.score_question`); a config's figures are the means over the
 questions. Every reference span must lie inside a document of the corpus (:func:`check_references`).
 """
@@ -75,8 +76,9 @@ class SystemResult:
     """In cl100k_base, the budget's tokenizer, whatever the config counts in."""
     median_chunk_tokens: float
     retrieved_tokens_per_question: float
-    """Mean cl100k_base tokens of the chunks retrieved for a question (at most the budget)."""
+    """Mean cl100k_base tokens retrieved for a question: the budget, unless a ranking runs out first."""
     retrieved_chunks_per_question: float
+    """Mean chunks retrieved for a question, the one cut at the budget included."""
     per_question: tuple[QuestionScores, ...] = field(repr=False, default=())
 
     def to_dict(self) -> dict[str, Any]:
@@ -240,11 +242,17 @@ def evaluate_configs(
                 rankings = (index.rank(text) for text in texts)
             scores, retrieved_tokens, retrieved_chunks = [], [], []
             for question, ranking in zip(questions, rankings):
-                kept = take_within_budget(ranking, counts, budget_tokens)
-                retrieved = [RetrievedRange(chunks[i].doc_id, chunks[i].start_char, chunks[i].end_char) for i in kept]
+                taken = take_within_budget(ranking, counts, budget_tokens)
+                retrieved = [
+                    RetrievedRange(
+                        chunks[share.index].doc_id,
+                        *share.char_range(chunks[share.index].start_char, chunks[share.index].end_char),
+                    )
+                    for share in taken
+                ]
                 scores.append(score_question(retrieved, question.references))
-                retrieved_tokens.append(int(counts[kept].sum()) if kept else 0)
-                retrieved_chunks.append(len(kept))
+                retrieved_tokens.append(sum(share.tokens for share in taken))
+                retrieved_chunks.append(len(taken))
             results.append(
                 SystemResult(
                     config_name=name,

@@ -9,9 +9,10 @@ Two retrievers, both offline:
   words removed, no stemming).
 
 A ranking holds every text, best first; ties keep the texts' order, so rankings are deterministic.
-:func:`take_within_budget` then keeps the best chunks whose tokens fit in a budget counted by
+:func:`take_within_budget` then takes the best chunks while their tokens fit in a budget counted by
 :func:`budget_token_counter` (cl100k_base, the same for every config compared) on the text a reader is
-handed: the chunk's verbatim text. What a chunk is embedded and indexed by is :func:`evaluation_text`.
+handed, the chunk's verbatim text; the chunk that crosses the budget counts only up to it, its character
+range cut in the same proportion, so every config is handed exactly the budget. What a chunk is embedded and indexed by is :func:`evaluation_text`.
 
 The embedder and BM25 need the ``evaluate`` extra: without it they raise
 :class:`EvaluationExtraMissingError`, whose message is the pip command.
@@ -23,6 +24,7 @@ import functools
 import importlib
 import logging
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -33,6 +35,7 @@ from chunkline.record import Chunk
 __all__ = [
     "EVALUATE_EXTRA_COMMAND",
     "Bm25Index",
+    "BudgetShare",
     "Embedder",
     "EmbeddingIndex",
     "EvaluationExtraMissingError",
@@ -200,33 +203,56 @@ class Bm25Index:
         return np.asarray(self._index.get_scores_from_ids(known), dtype=np.float32)
 
 
-def take_within_budget(ranked: Sequence[int], token_counts: Sequence[int], budget_tokens: int) -> list[int]:
-    """The items of ``ranked`` (indices into ``token_counts``) kept within ``budget_tokens``, in rank order.
+@dataclass(frozen=True, slots=True)
+class BudgetShare:
+    """One chunk taken within a token budget, and how much of it counts."""
 
-    The ranking is walked best first: an item is kept when its tokens still fit in what is left of the
-    budget and skipped when they do not (a smaller item further down may still fit), until nothing more
-    can fit."""
+    index: int
+    """The chunk's index into the token counts the budget was taken from."""
+    tokens: int
+    """Its tokens that count against the budget: all of them, or for the chunk that crosses the budget only
+    those that still fit."""
+    chunk_tokens: int
+    """All of its tokens."""
+
+    @property
+    def truncated(self) -> bool:
+        """Only part of the chunk fits."""
+        return self.tokens < self.chunk_tokens
+
+    def char_range(self, start_char: int, end_char: int) -> tuple[int, int]:
+        """The part of the chunk's character range ``[start_char, end_char)`` retrieved: all of it, or for a
+        truncated chunk the same share of its characters as of its tokens, from its start:
+        ``start_char + floor((end_char - start_char) * tokens / chunk_tokens)``."""
+        if not self.truncated:
+            return start_char, end_char
+        return start_char, start_char + (end_char - start_char) * self.tokens // self.chunk_tokens
+
+
+def take_within_budget(ranked: Sequence[int], token_counts: Sequence[int], budget_tokens: int) -> list[BudgetShare]:
+    """The items of ``ranked`` (indices into ``token_counts``) retrieved within ``budget_tokens``, in rank
+    order.
+
+    The ranking is walked best first: whole items are taken while they fit in what is left of the budget;
+    the item that crosses the budget counts only up to it (its :attr:`BudgetShare.tokens` are the tokens
+    left, and :meth:`BudgetShare.char_range` truncates its characters in the same proportion); then the walk
+    stops. So every system compared gets exactly the budget, unless its ranking runs out first: none gains
+    by leaving part of the budget unspent, nor by a small chunk further down that happens to fit."""
     if budget_tokens < 0:
         raise ValueError(f"budget_tokens must be >= 0, got {budget_tokens}")
-    ranked = np.asarray(ranked, dtype=np.int64)
-    if not ranked.size:
-        return []
-    counts = np.asarray(token_counts, dtype=np.int64)[ranked]
+    counts = np.asarray(token_counts, dtype=np.int64)
     if (counts < 0).any():
         raise ValueError("token counts must be >= 0")
-    smallest = int(counts.min())
-    kept: list[int] = []
+    taken: list[BudgetShare] = []
     left = budget_tokens
-    position = 0
-    while position < len(counts) and left >= smallest:
-        fitting = np.flatnonzero(counts[position:] <= left)
-        if not fitting.size:
+    for index in np.asarray(ranked, dtype=np.int64).tolist():
+        if left == 0:
             break
-        position += int(fitting[0])
-        kept.append(int(ranked[position]))
-        left -= int(counts[position])
-        position += 1
-    return kept
+        count = int(counts[index])
+        tokens = min(count, left)
+        taken.append(BudgetShare(index, tokens, count))
+        left -= tokens
+    return taken
 
 
 def budget_token_counter() -> Callable[[str], int]:
