@@ -244,6 +244,68 @@ def test_the_evaluation_api_gives_the_same_figures_per_question(tmp_path):
     assert [score.iou for score in scores] == pytest.approx([26 / 123, 55 / 122, 29 / 122, 75 / 127])
 
 
+class _SectionEmbedder:
+    """An embedder that ranks the tiny case's sections against the question in the order Tides, Office, Gauge:
+    the reverse of BM25's Gauge, Office, Tides."""
+
+    name = "sections"
+    _VECTORS = {"# Tides": (1.0, 0.0), "# Office": (0.6, 0.8), "# Gauge": (0.0, 1.0)}
+
+    def embed(self, texts):
+        import numpy as np
+
+        return np.array(
+            [next((v for k, v in self._VECTORS.items() if t.startswith(k)), (1.0, 0.0)) for t in texts],
+            dtype=np.float32,
+        )
+
+
+def test_the_hybrid_fuses_the_two_rankings_of_each_question(tmp_path):
+    """Q4 "When is the gauge zeroed?": BM25 ranks a#1, b#0, a#0; the stand-in embedder a#0, b#0, a#1. Fused
+    (1/(60 + rank) summed): a#0 and a#1 score 1/61 + 1/63 = 0.032266, b#0 2/62 = 0.032258; a#0 and a#1 tie and
+    keep the texts' order. So a#0 (11 tokens) and a#1 (12) whole, b#0 cut to 31 - 23 = 8 of its 9 tokens:
+    b.md[0, floor(37 * 8 / 9) = 32). Reference a.md[9, 88): all 79 characters covered, 40 + 50 + 32 = 122
+    retrieved: recall 1, precision 79/122, IoU 79/122."""
+    from chunkline.evaluation.corpus import load_input_config, read_corpus
+    from chunkline.evaluation.evaluate import evaluate_configs
+    from chunkline.evaluation.questions import load_questions
+
+    corpus_path, questions_path = _tiny_case(tmp_path)
+    corpus = read_corpus(load_input_config([str(corpus_path)], environ={}))
+    questions = load_questions(str(questions_path))[3:]
+    result = evaluate_configs(
+        corpus,
+        questions,
+        {"hand": HAND_CONFIG},
+        budget_tokens=31,
+        retrievers=["bm25", "embedding", "hybrid"],
+        embedder=_SectionEmbedder(),
+    )
+    assert [row.retriever for row in result.results] == ["bm25", "embedding", "hybrid"]
+    bm25, embedding, hybrid = (row.per_question[0] for row in result.results)
+    assert bm25.recall == pytest.approx(75 / 79)  # as in the hand computation above
+    # Embedding: a#0, b#0 whole, a#1 cut to 11 of 12 tokens: a.md[40, 85). Covered 31 + 45, retrieved 122.
+    assert (embedding.recall, embedding.precision) == pytest.approx((76 / 79, 76 / 122))
+    assert (hybrid.recall, hybrid.precision, hybrid.iou) == pytest.approx((1, 79 / 122, 79 / 122))
+    assert result.results[2].retrieved_tokens_per_question == 31
+    assert result.embedder == "sections"
+
+
+def test_the_command_runs_the_three_retrievers(capsys, tmp_path):
+    corpus, questions = _tiny_case(tmp_path)
+    status, out, err = _run(capsys, str(corpus), "--questions", str(questions), "--retriever", "all")
+    assert status == 0, err
+    rows = [line.split()[:2] for line in out.splitlines()[3:]]
+    assert rows == [["default", "embedding"], ["default", "bm25"], ["default", "hybrid"]]
+    status, out, err = _run(
+        capsys, str(corpus), "--questions", str(questions), "--retriever", "hybrid", "--format", "json"
+    )
+    assert status == 0, err
+    result = json.loads(out)
+    assert [row["retriever"] for row in result["results"]] == ["hybrid"]
+    assert result["embedder"].startswith("wordllama")
+
+
 # --------------------------------------------------------------------------------------------------
 # Mistakes: one line on stderr, exit status 2
 # --------------------------------------------------------------------------------------------------

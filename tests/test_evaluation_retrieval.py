@@ -17,9 +17,11 @@ from chunkline.evaluation.retrieval import (
     Bm25Index,
     EmbeddingIndex,
     EvaluationExtraMissingError,
+    HybridIndex,
     budget_token_counter,
     evaluation_text,
     load_wordllama_embedder,
+    reciprocal_rank_fusion,
     take_within_budget,
 )
 
@@ -103,6 +105,55 @@ def test_bm25_ranks_by_shared_words_lowercase_without_stop_words_removed():
 def test_rankings_break_ties_by_position():
     index = Bm25Index(["tide gauge", "harbour", "tide gauge"])
     assert index.rank("tide").tolist() == [0, 2, 1]
+
+
+def test_reciprocal_rank_fusion_prefers_what_both_rankings_put_high():
+    # Scores 1/(60 + rank): item 1 is 2nd in both (2/62 = 0.03226), items 0 and 2 are 1st in one and 3rd in
+    # the other (1/61 + 1/63 = 0.03227, a little more); 0 and 2 tie and keep the texts' order.
+    assert reciprocal_rank_fusion([[0, 1, 2], [2, 1, 0]]).tolist() == [0, 2, 1]
+    # Item 3 is 1st for BM25 and last of ten for the embedder (1/61 + 1/70 = 0.03068): behind 0 (3rd and 1st,
+    # 0.03227), 5 (2nd and 3rd, 0.03200), 1 (4th and 2nd, 0.03175) and 2 (5th and 4th, 0.03101).
+    lexical = [3, 5, 0, 1, 2, 4, 6, 7, 8, 9]
+    dense = [0, 1, 5, 2, 4, 6, 7, 8, 9, 3]
+    assert reciprocal_rank_fusion([lexical, dense]).tolist()[:5] == [0, 5, 1, 2, 3]
+    # With k 0 the first places weigh far more: 3's first place (1 + 1/10) beats 5's 1/2 + 1/3.
+    assert reciprocal_rank_fusion([lexical, dense], k=0).tolist()[:3] == [0, 3, 5]
+    assert reciprocal_rank_fusion([[], []]).tolist() == []
+    with pytest.raises(ValueError):
+        reciprocal_rank_fusion([[0, 1], [1, 1]])
+    with pytest.raises(ValueError):
+        reciprocal_rank_fusion([[0, 1], [0, 1, 2]])
+    with pytest.raises(ValueError):
+        reciprocal_rank_fusion([])
+
+
+@given(size=st.integers(1, 40), seeds=st.tuples(st.integers(0, 2**16), st.integers(0, 2**16)))
+def test_reciprocal_rank_fusion_is_a_deterministic_consensus(size, seeds):
+    first, second = (np.random.default_rng(seed).permutation(size).tolist() for seed in seeds)
+    fused = reciprocal_rank_fusion([first, second]).tolist()
+    assert sorted(fused) == list(range(size))
+    assert fused == reciprocal_rank_fusion([second, first]).tolist()  # the order of the rankings is no tie-break
+    assert reciprocal_rank_fusion([first, first]).tolist() == first
+    position = {item: rank for rank, item in enumerate(fused)}
+    first_rank = {item: rank for rank, item in enumerate(first)}
+    second_rank = {item: rank for rank, item in enumerate(second)}
+    for a in range(size):
+        for b in range(size):
+            if first_rank[a] < first_rank[b] and second_rank[a] < second_rank[b]:
+                assert position[a] < position[b]  # ahead in both: ahead when fused
+            if first_rank[a] + second_rank[a] == first_rank[b] + second_rank[b] and (
+                {first_rank[a], second_rank[a]} == {first_rank[b], second_rank[b]}
+            ):
+                assert (position[a] < position[b]) == (a < b)  # mirrored ranks tie: the texts' order
+
+
+def test_the_hybrid_index_fuses_bm25_and_the_embedding_ranking():
+    embedder = load_wordllama_embedder()
+    index = HybridIndex(embedder, PASSAGES)
+    query = "how do I calibrate the tide gauge"
+    expected = reciprocal_rank_fusion([Bm25Index(PASSAGES).rank(query), EmbeddingIndex(embedder, PASSAGES).rank(query)])
+    assert index.rank(query).tolist() == expected.tolist()
+    assert index.rank(query)[0] == 1
 
 
 def _shares(taken):
