@@ -65,7 +65,7 @@ from chunkline.dataset.publish import (
     read_dataset,
     verify_output,
 )
-from chunkline.dataset.rebuild import InputListing, RebuildPlan, list_inputs, plan_rebuild
+from chunkline.dataset.rebuild import PLANNED_COLUMNS, InputListing, RebuildPlan, list_inputs, plan_rebuild
 from chunkline.dataset.settings import RunConfig
 from chunkline.dataset.staged import (
     change_counts,
@@ -428,7 +428,7 @@ def _previous_state(config: RunConfig) -> _PreviousState:
         documents = read_dataset(
             output_url,
             "documents",
-            columns=["doc_id", "source_uri", "status", "content_sha256", "modified_time"],
+            columns=list(PLANNED_COLUMNS),
             storage_options=config.output.storage_options,
         )
     except Exception as error:  # an unreadable snapshot is rebuilt in full, never trusted

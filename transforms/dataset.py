@@ -51,6 +51,7 @@ from chunkline.dataset.lock import ConcurrentRunError
 from chunkline.dataset.process_hooks import NO_PROCESS_HOOKS, ProcessHooks
 from chunkline.dataset.publish import acquire_output_lock, discard_run, publish_run, read_dataset, read_manifest
 from chunkline.dataset.rebuild import (
+    PLANNED_COLUMNS,
     InputListing,
     RebuildPlan,
     plan_rebuild,
@@ -186,7 +187,7 @@ class _PublishRunFn(beam.DoFn):
                 read_dataset(
                     output_url,
                     "documents",
-                    columns=["doc_id", "source_uri", "status", "content_sha256", "modified_time"],
+                    columns=list(PLANNED_COLUMNS),
                     storage_options=config.output.storage_options,
                 ),
                 self._full_reason,

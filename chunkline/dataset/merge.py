@@ -59,7 +59,7 @@ __all__ = [
     "sorted_unique",
     "sorted_unique_row_groups",
     "unique_order",
-    "with_modified_times",
+    "with_listed_metadata",
 ]
 
 
@@ -87,27 +87,39 @@ def shard_of(doc_id: str, shards: int) -> int:
 class ShardPlan:
     """What an incremental run carries over in one shard (read from ``keep-<shard>.json``)."""
 
-    modified_times: dict[str, int | None] = field(default_factory=dict)
-    """doc_id -> its file's modification time now (microseconds since the epoch), for every carried document."""
+    carried: dict[str, list] = field(default_factory=dict)
+    """doc_id -> its file's metadata as listed now, for every carried document: ``[modified_time`` in
+    microseconds since the epoch, ``source_mtime_ns``, ``source_etag``, ``source_version]`` (see
+    :data:`LISTED_METADATA_COLUMNS`)."""
     rows_untouched: bool = False
     """No document of the shard was added, changed or deleted: chunks and errors parts can be copied."""
     documents_untouched: bool = False
-    """...and no carried document's modification time moved: the documents part can be copied too."""
+    """...and no carried document's listed metadata moved: the documents part can be copied too."""
+
+
+#: The ``documents`` columns that a carried document takes from this run's listing, not from its old row.
+LISTED_METADATA_COLUMNS = ("modified_time", "source_mtime_ns", "source_etag", "source_version")
 
 
 def read_shard_plan(fs, staging_root: str, shard: int, secrets: tuple[str, ...] = ()) -> ShardPlan:
     """The plan an incremental run wrote for one shard (see :func:`chunkline.dataset.rebuild.write_shard_plans`)."""
     data = json.loads(read_file_bytes(fs, keep_plan_path(staging_root, shard), secrets=secrets))
-    return ShardPlan(data["modified_times"], data["rows_untouched"], data["documents_untouched"])
+    return ShardPlan(data["carried"], data["rows_untouched"], data["documents_untouched"])
 
 
-def with_modified_times(documents: pa.Table, modified_times: dict[str, int | None]) -> pa.Table:
-    """``documents`` with each row's ``modified_time`` set to its file's current one."""
-    column = documents.schema.get_field_index("modified_time")
-    values = [modified_times.get(doc_id) for doc_id in documents.column("doc_id").to_pylist()]
-    return documents.set_column(
-        column, documents.schema.field(column), pa.array(values, pa.int64()).cast(documents.schema.field(column).type)
-    )
+def with_listed_metadata(documents: pa.Table, carried: dict[str, list]) -> pa.Table:
+    """``documents`` with each row's :data:`LISTED_METADATA_COLUMNS` set to its file's as listed now."""
+    ids = pa.array(list(carried), pa.string())
+    position = pc.index_in(documents.column("doc_id"), value_set=ids)
+    values = list(zip(*carried.values())) if carried else [()] * len(LISTED_METADATA_COLUMNS)
+    for name, column_values, value_type in zip(
+        LISTED_METADATA_COLUMNS, values, (pa.int64(), pa.int64(), pa.string(), pa.string())
+    ):
+        index = documents.schema.get_field_index(name)
+        target = documents.schema.field(index)
+        column = pa.array(column_values, value_type).take(position).cast(target.type)
+        documents = documents.set_column(index, target, column)
+    return documents
 
 
 def chunk_changes(previous: pa.Table, final: pa.Table, carried_ids: pa.Array) -> tuple[pa.Table, pa.Table]:
