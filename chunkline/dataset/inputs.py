@@ -39,6 +39,7 @@ import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
+from decimal import Decimal
 from typing import Any, Literal
 
 import fsspec
@@ -52,12 +53,15 @@ from chunkline.dataset.storage import StorageError, scrub_secrets, with_storage_
 
 __all__ = [
     "UNLISTED_FOLDER",
+    "UNTRUSTED_METADATA_PROTOCOLS",
     "FileProblem",
     "ListedEntry",
     "SourceFile",
     "choose_source",
     "doc_id_of",
+    "change_tokens",
     "glob_root",
+    "listing_is_trusted",
     "match_input",
     "read_source",
     "utf8_name",
@@ -272,6 +276,13 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 UNTRUSTED_METADATA_PROTOCOLS = ("http", "https")
 
 
+def listing_is_trusted(fs: fsspec.AbstractFileSystem) -> bool:
+    """Whether ``fs``'s listing can say that a file is unchanged (false for :data:`UNTRUSTED_METADATA_PROTOCOLS`:
+    their files are read and hashed on every run)."""
+    protocols = (fs.protocol,) if isinstance(fs.protocol, str) else tuple(fs.protocol)
+    return not any(protocol in UNTRUSTED_METADATA_PROTOCOLS for protocol in protocols)
+
+
 def change_tokens(info: dict[str, Any]) -> tuple[int | None, str | None, str | None]:
     """(modification time in nanoseconds, ETag, version) of a file from its fsspec ``info``: local ``mtime``,
     s3fs ``LastModified``/``ETag``/``VersionId``, gcsfs ``updated``/``etag``/``generation``, adlfs
@@ -280,7 +291,8 @@ def change_tokens(info: dict[str, Any]) -> tuple[int | None, str | None, str | N
     mtime_ns = None if modified is None else (modified - _EPOCH) // timedelta(microseconds=1) * 1000
     raw_mtime = info.get("mtime")
     if isinstance(raw_mtime, (int, float)) and not isinstance(raw_mtime, bool):
-        mtime_ns = round(raw_mtime * 1_000_000_000)  # a float of seconds: its own precision, not microseconds
+        # Seconds as a float, taken at their shortest decimal form (not rounded to microseconds).
+        mtime_ns = int(Decimal(repr(raw_mtime)) * 1_000_000_000)
     etag = next((str(info[key]) for key in ("ETag", "etag", "e_tag") if info.get(key) is not None), None)
     version = next(
         (str(info[key]) for key in ("VersionId", "version_id", "generation") if info.get(key) is not None), None
@@ -389,8 +401,7 @@ def match_input(url: str, input_index: int, config: InputConfig) -> Iterator[Sou
     root cannot be listed the listing's error."""
     fs, path = url_to_fs(url, **config.storage_options)
     local = isinstance(fs, LocalFileSystem)
-    protocols = (fs.protocol,) if isinstance(fs.protocol, str) else tuple(fs.protocol)
-    trusted = not any(protocol in UNTRUSTED_METADATA_PROTOCOLS for protocol in protocols)
+    trusted = listing_is_trusted(fs)
     if local:
         path = posixpath.normpath(path)
     path = path.rstrip("/") if path not in ("", "/") else path
