@@ -292,7 +292,7 @@ class WriteChunkDataset(beam.PTransform):
         return write_settings_for(self._config, self.run_id, self.plan, self._process_hooks)
 
     def _write_shard_plans(self) -> None:
-        """An incremental run's ``keep-<shard>.json`` files, written into the run's staging area by the
+        """An incremental run's ``keep-<shard>.arrow`` files, written into the run's staging area by the
         driver before the pipeline runs (the carried documents can be many: they stay out of the job's
         graph). Nothing reads them until the merges, and no reader ever looks there."""
         if self.plan.incremental:

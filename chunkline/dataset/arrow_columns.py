@@ -18,21 +18,31 @@ __all__ = ["bool_array", "int64_array", "string_array"]
 
 def _validity(values: Sequence) -> pa.Buffer | None:
     """The validity bitmap of ``values`` (None when no value is None)."""
+    if None not in values:
+        return None
     mask = np.fromiter((value is not None for value in values), dtype=bool, count=len(values))
-    return None if mask.all() else pa.py_buffer(np.packbits(mask, bitorder="little"))
+    return pa.py_buffer(np.packbits(mask, bitorder="little"))
 
 
 def int64_array(values: Sequence[int | None]) -> pa.Array:
     """``values`` as an int64 array (None: null)."""
-    data = np.fromiter((0 if value is None else value for value in values), dtype=np.int64, count=len(values))
-    return pa.Array.from_buffers(pa.int64(), len(values), [_validity(values), pa.py_buffer(data)])
+    validity = _validity(values)
+    if validity is None:
+        data = np.array(values, dtype=np.int64)
+    else:
+        data = np.fromiter((0 if value is None else value for value in values), dtype=np.int64, count=len(values))
+    return pa.Array.from_buffers(pa.int64(), len(values), [validity, pa.py_buffer(data)])
 
 
 def bool_array(values: Sequence[bool | None]) -> pa.Array:
     """``values`` as a boolean array (None: null)."""
-    data = np.fromiter((bool(value) for value in values), dtype=bool, count=len(values))
+    validity = _validity(values)
+    if validity is None:
+        data = np.array(values, dtype=bool)
+    else:
+        data = np.fromiter((bool(value) for value in values), dtype=bool, count=len(values))
     return pa.Array.from_buffers(
-        pa.bool_(), len(values), [_validity(values), pa.py_buffer(np.packbits(data, bitorder="little"))]
+        pa.bool_(), len(values), [validity, pa.py_buffer(np.packbits(data, bitorder="little"))]
     )
 
 

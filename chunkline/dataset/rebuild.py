@@ -25,21 +25,22 @@ many documents changed), and a full rebuild, which carries nothing over, raises
 
 The result is row for row what a full rebuild of the new corpus writes: carried rows are the rows the
 chunker would make again, and only ``documents.modified_time`` is refreshed from the listing. For each shard
-the plan is written to ``keep-<shard>.json`` under the run's staging prefix, where the sink's merge reads
+the plan is written to ``keep-<shard>.arrow`` under the run's staging prefix, where the sink's merge reads
 it (see :func:`chunkline.dataset.merge.read_shard_plan`). When most documents changed, the run is simply a full one.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import logging
-from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from fsspec.core import url_to_fs
@@ -49,7 +50,14 @@ from chunkline.dataset import inputs
 from chunkline.dataset.arrow_columns import bool_array, int64_array, string_array
 from chunkline.dataset.inputs import UNLISTED_FOLDER, SourceFile
 from chunkline.dataset.layout import keep_plan_path
-from chunkline.dataset.merge import LISTED_METADATA_COLUMNS, PreviousSnapshot, shard_of
+from chunkline.dataset.merge import (
+    CARRIED_SCHEMA,
+    LISTED_METADATA_COLUMNS,
+    PreviousSnapshot,
+    ShardPlan,
+    shard_of,
+    shard_plan_bytes,
+)
 from chunkline.dataset.publish import DamagedDatasetError, manifest_problem, read_dataset
 from chunkline.dataset.settings import InputConfig, RunConfig
 from chunkline.dataset.storage import (
@@ -204,19 +212,6 @@ def rebuild_fingerprint(config: RunConfig) -> str:
     return hashlib.sha256(json.dumps(decisive, sort_keys=True).encode()).hexdigest()
 
 
-#: What an incremental plan carries over: each carried document and the metadata of its file as listed now
-#: (``modified_time`` in microseconds since the epoch), which its ``documents`` row takes.
-CARRIED_SCHEMA = pa.schema(
-    [
-        ("doc_id", pa.string()),
-        ("modified_time", pa.int64()),
-        ("source_mtime_ns", pa.int64()),
-        ("source_etag", pa.string()),
-        ("source_version", pa.string()),
-    ]
-)
-
-
 @dataclass
 class RebuildPlan:
     """What a run chunks and what it carries over."""
@@ -301,9 +296,9 @@ def plan_rebuild(
         return _full_plan(full_reason, previous, listing, previous_table.column("doc_id") if published else None)
     assert previous_table is not None and previous is not None
     listed = _listed_table(listing)
-    before_ids = pc.unique(previous_table.column("doc_id").combine_chunks())
+    listed_ids = listed.column("doc_id").combine_chunks()
     # The previous row of each listed document, aligned with the listing (null: none, or a doc_id held twice).
-    aligned = _aligned_previous(previous_table, listed.column("doc_id"))
+    aligned, before_ids = _aligned_previous(previous_table, listed_ids)
     candidate = _carry_candidates(config, listed, aligned)
     same_listing = _all_same(listed, aligned, ("size_bytes", *_TOKEN_COLUMNS))
     has_token = _any_valid(listed, _TOKEN_COLUMNS)
@@ -324,22 +319,23 @@ def plan_rebuild(
         for doc_id in listed.column("doc_id").filter(pc.invert(carried_mask)).to_pylist()
     ]
     to_chunk.sort(key=lambda item: item[0])
-    kept = _kept_under_unlisted(listing, previous_table, listed.column("doc_id"))
+    kept = _kept_under_unlisted(listing, previous_table, listed_ids)
     total = len(listing.documents)
     # With documents kept for a folder that could not be listed, only this run can keep them: never full.
     if total and len(to_chunk) > _INCREMENTAL_MAX_SHARE * total and not len(kept):
         return _full_plan(
             f"{len(to_chunk)} of {total} documents need chunking", previous, listing, previous_table.column("doc_id")
         )
-    carried_listed = listed.filter(carried_mask)
+    carried_listed = listed if pc.all(carried_mask).as_py() else listed.filter(carried_mask)
     moved_ids = carried_listed.column("doc_id").filter(
         pc.invert(_all_same(listed, aligned, _LISTED_COLUMNS).filter(carried_mask))
     )
     carried = pa.concat_tables(
         [carried_listed.select(["doc_id", *_LISTED_COLUMNS]).cast(CARRIED_SCHEMA), kept.cast(CARRIED_SCHEMA)]
     )
-    present = pa.chunked_array(listed.column("doc_id").chunks + kept.column("doc_id").chunks, pa.string())
-    gone = pc.invert(pc.is_in(before_ids, value_set=present.combine_chunks()))
+    gone = pc.invert(pc.is_in(before_ids, value_set=listed_ids))
+    if len(kept):
+        gone = pc.and_(gone, pc.invert(pc.is_in(before_ids, value_set=kept.column("doc_id").combine_chunks())))
     deleted_ids = before_ids.filter(gone)
     touched = _shards(config, [doc_id for doc_id, _ in to_chunk])
     touched |= _shards(config, deleted_ids.to_pylist())
@@ -402,41 +398,62 @@ def _planned_columns(documents: pa.Table) -> pa.Table:
 
 def _listed_table(listing: InputListing) -> pa.Table:
     """The listing as Arrow columns, one row per listed doc_id: its first file's ``source_uri``, size and
-    metadata, and ``sole`` (only one file holds the doc_id and it has no problem)."""
-    doc_ids, uris, sizes, modified, mtimes, etags, versions, sole = [], [], [], [], [], [], [], []
-    for doc_id, group in listing.documents.items():
-        source = group[0]
-        doc_ids.append(doc_id)
-        uris.append(source.source_uri)
-        sizes.append(source.size_bytes)
-        modified.append(None if source.modified_time is None else (source.modified_time - _EPOCH) // _MICROSECOND)
-        mtimes.append(source.mtime_ns)
-        etags.append(source.etag)
-        versions.append(source.version)
-        sole.append(len(group) == 1 and source.problem is None)
-    return pa.table(
-        {
-            "doc_id": string_array(doc_ids),
-            "source_uri": string_array(uris),
-            "size_bytes": int64_array(sizes),
-            "modified_time": int64_array(modified),
-            "source_mtime_ns": int64_array(mtimes),
-            "source_etag": string_array(etags),
-            "source_version": string_array(versions),
-            "sole": bool_array(sole),
-        }
-    )
+    metadata, and ``sole`` (only one file holds the doc_id and it has no problem). Converted
+    :data:`_BATCH_ROWS` documents at a time, so that the Python values in between stay few."""
+    groups = iter(listing.documents.items())
+    batches = []
+    while batch := list(itertools.islice(groups, _BATCH_ROWS)):
+        sources = [group[0] for _, group in batch]
+        batches.append(
+            pa.record_batch(
+                [
+                    string_array([doc_id for doc_id, _ in batch]),
+                    string_array([source.source_uri for source in sources]),
+                    int64_array([source.size_bytes for source in sources]),
+                    int64_array(
+                        [
+                            None if source.modified_time is None else (source.modified_time - _EPOCH) // _MICROSECOND
+                            for source in sources
+                        ]
+                    ),
+                    int64_array([source.mtime_ns for source in sources]),
+                    string_array([source.etag for source in sources]),
+                    string_array([source.version for source in sources]),
+                    bool_array([len(group) == 1 and group[0].problem is None for _, group in batch]),
+                ],
+                schema=_LISTED_SCHEMA,
+            )
+        )
+    return pa.Table.from_batches(batches, schema=_LISTED_SCHEMA).combine_chunks()
 
 
-def _aligned_previous(previous: pa.Table, doc_ids: pa.Array) -> pa.Table:
-    """The previous row of each of ``doc_ids``, in their order: a null row where the previous snapshot has
-    none, or has two (a duplicate across inputs, never carried over)."""
+_BATCH_ROWS = 65_536
+_LISTED_SCHEMA = pa.schema(
+    [
+        ("doc_id", pa.string()),
+        ("source_uri", pa.string()),
+        ("size_bytes", pa.int64()),
+        ("modified_time", pa.int64()),
+        ("source_mtime_ns", pa.int64()),
+        ("source_etag", pa.string()),
+        ("source_version", pa.string()),
+        ("sole", pa.bool_()),
+    ]
+)
+
+
+def _aligned_previous(previous: pa.Table, doc_ids: pa.Array) -> tuple[pa.Table, pa.Array]:
+    """(the previous row of each of ``doc_ids``, in their order, without its doc_id: a null row where the
+    previous snapshot has none, or has two (a duplicate across inputs, never carried over); the previous
+    snapshot's doc_ids, each once)."""
     counts = pc.value_counts(previous.column("doc_id"))
-    twice = counts.field("values").filter(pc.greater(counts.field("counts"), int64_array([1])[0]))
+    before_ids = counts.field("values")
+    twice = before_ids.filter(pc.greater(counts.field("counts"), int64_array([1])[0]))
     single = (
         previous.filter(pc.invert(pc.is_in(previous.column("doc_id"), value_set=twice))) if len(twice) else previous
     )
-    return single.take(pc.index_in(doc_ids, value_set=single.column("doc_id")))
+    position = pc.index_in(doc_ids, value_set=single.column("doc_id").combine_chunks())
+    return single.drop_columns(["doc_id"]).take(position), before_ids
 
 
 def _carry_candidates(config: RunConfig, listed: pa.Table, aligned: pa.Table) -> pa.Array:
@@ -630,20 +647,27 @@ def _content_digests(sources: list[SourceFile], config: RunConfig) -> dict[str, 
 
 
 def write_shard_plans(plan: RebuildPlan, config: RunConfig, staging_url: str) -> None:
-    """Write each shard's ``keep-<shard>.json``: the carried documents with their metadata as listed now, and
-    whether the shard's previous parts can be copied as they are."""
+    """Write each shard's ``keep-<shard>.arrow`` (:func:`~chunkline.dataset.merge.shard_plan_bytes`): its
+    carried documents with their metadata as listed now, and whether its previous parts can be copied as
+    they are. The carried documents' shards are found a batch at a time; each plan is its shard's rows,
+    taken with Arrow."""
     fs, root = url_to_fs(staging_url, **config.output.storage_options)
-    per_shard: dict[int, dict[str, list]] = defaultdict(dict)
-    carried = plan.carried
-    columns = [carried.column(name).to_pylist() for name in ("doc_id", *_LISTED_COLUMNS)]
-    for doc_id, *metadata in zip(*columns):
-        per_shard[shard_of(doc_id, config.output.shards)][doc_id] = metadata
-    for shard in range(config.output.shards):
-        data = {
-            "carried": per_shard.get(shard, {}),
-            "rows_untouched": shard not in plan.touched_shards,
-            "documents_untouched": shard not in plan.touched_shards and shard not in plan.moved_shards,
-        }
+    shards = config.output.shards
+    carried = plan.carried.cast(CARRIED_SCHEMA)
+    shard_numbers = np.concatenate(
+        [
+            np.fromiter((shard_of(doc_id, shards) for doc_id in batch.column(0).to_pylist()), np.int64, len(batch))
+            for batch in carried.select(["doc_id"]).to_batches(max_chunksize=_BATCH_ROWS)
+        ]
+        or [np.zeros(0, np.int64)]
+    )
+    for shard in range(shards):
+        positions = np.flatnonzero(shard_numbers == shard).astype(np.int64)
+        shard_plan = ShardPlan(
+            carried.take(pa.Array.from_buffers(pa.int64(), len(positions), [None, pa.py_buffer(positions)])),
+            rows_untouched=shard not in plan.touched_shards,
+            documents_untouched=shard not in plan.touched_shards and shard not in plan.moved_shards,
+        )
         write_file_atomically(
-            fs, keep_plan_path(root, shard), json.dumps(data, sort_keys=True).encode(), secrets=tuple(config.secrets())
+            fs, keep_plan_path(root, shard), shard_plan_bytes(shard_plan), secrets=tuple(config.secrets())
         )

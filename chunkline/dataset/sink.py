@@ -35,6 +35,7 @@ from chunkline.dataset.merge import (
     PartWriter,
     PreviousSnapshot,
     ShardPlan,
+    carried_doc_ids,
     chunk_deletes,
     chunk_upserts,
     documents_changes,
@@ -313,7 +314,7 @@ class MergeShard(BundleStep):
         if plan is not None and plan.rows_untouched:
             yield from self._copy_untouched(shard, plan, previous_parts)
             return
-        carried_ids = pa.array(sorted(plan.carried) if plan else [], pa.string())
+        carried_ids = carried_doc_ids(plan)
         # Chunks first, row group by row group (see chunkline.dataset.merge): a shard of a full rebuild holds
         # a share of the whole corpus, and the merge holds one row group of it at a time.
         counts = _ChunkCounts()
