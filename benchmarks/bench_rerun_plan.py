@@ -15,13 +15,18 @@ against is a real one-document dataset (its manifest and errors table are read);
 
 Usage::
 
-    python benchmarks/bench_rerun_plan.py [--sizes 100000 1000000] [--changed 0] [--runs 1]
+    python benchmarks/bench_rerun_plan.py [--sizes 100000 1000000] [--changed 0] [--runs 1] [--python-path DIR]
+
+``--python-path DIR`` plans with another tree of the package (laid out as installed: ``DIR/chunkline`` with
+its ``pipelines``, ``schemas`` and ``transforms`` inside), to compare with an earlier version side by side;
+an earlier tree hashes every carried candidate (here: none can be read, so all are chunked).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -40,9 +45,14 @@ def status(field):
     raise KeyError(field)
 
 size, changed, output, corpus = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+import dataclasses
 import pyarrow as pa
-from chunkline.dataset.arrow_columns import int64_array, string_array
 from chunkline.dataset.inputs import SourceFile
+try:
+    from chunkline.dataset.arrow_columns import int64_array, string_array
+except ImportError:  # a tree from before the metadata columns (--python-path)
+    int64_array = string_array = pa.array
+metadata = "mtime_ns" in {field.name for field in dataclasses.fields(SourceFile)}
 from chunkline.dataset.layout import staging_url
 from chunkline.dataset.publish import read_manifest
 from chunkline.dataset.rebuild import InputListing, plan_rebuild, write_shard_plans
@@ -61,7 +71,8 @@ for index in range(size):
     mtime_ns = base_ns + index * 1_000_003
     listed_ns = mtime_ns + 1 if index < changed else mtime_ns
     listing.documents[doc_id] = [
-        SourceFile(doc_id, uri, 0, uri, size_bytes, epoch + timedelta(microseconds=listed_ns // 1000), mtime_ns=listed_ns)
+        SourceFile(doc_id, uri, 0, uri, size_bytes, epoch + timedelta(microseconds=listed_ns // 1000),
+                   **({"mtime_ns": listed_ns} if metadata else {}))
     ]
     doc_ids.append(doc_id); uris.append(uri); sizes.append(size_bytes)
     micros.append(mtime_ns // 1000); nanos.append(mtime_ns)
@@ -86,7 +97,7 @@ seconds = time.perf_counter() - started
 peak = status("VmHWM")
 print(json.dumps({
     "documents": size, "mode": plan.mode, "carried": len(plan.carried), "to_chunk": len(plan.to_chunk),
-    "read_to_compare": plan.documents_read_to_compare, "plan_seconds": seconds,
+    "read_to_compare": getattr(plan, "documents_read_to_compare", "all"), "plan_seconds": seconds,
     "rss_before_bytes": before, "peak_bytes": peak,
 }))
 """
@@ -112,7 +123,14 @@ def main() -> None:
         "--changed", type=int, default=0, help="documents whose mtime_ns moved (hashed; they fail to read)"
     )
     parser.add_argument("--runs", type=int, default=1, help="processes per size (medians reported)")
+    parser.add_argument(
+        "--python-path",
+        help="plan with the chunkline package found in this folder instead (an older tree laid out as installed)",
+    )
     arguments = parser.parse_args()
+    environment = dict(os.environ)
+    if arguments.python_path:
+        environment["PYTHONPATH"] = arguments.python_path
     with tempfile.TemporaryDirectory() as folder:
         output, corpus = _one_document_output(Path(folder))
         print(
@@ -126,6 +144,8 @@ def main() -> None:
                     capture_output=True,
                     text=True,
                     check=True,
+                    env=environment,
+                    cwd=folder,
                 )
                 results.append(json.loads(completed.stdout.strip().splitlines()[-1]))
             seconds = statistics.median(result["plan_seconds"] for result in results)

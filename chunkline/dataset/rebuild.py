@@ -297,9 +297,11 @@ def plan_rebuild(
     assert previous_table is not None and previous is not None
     listed = _listed_table(listing)
     listed_ids = listed.column("doc_id").combine_chunks()
-    # The previous row of each listed document, aligned with the listing (null: none, or a doc_id held twice).
-    aligned, before_ids = _aligned_previous(previous_table, listed_ids)
-    candidate = _carry_candidates(config, listed, aligned)
+    # The position of each listed document's previous row (null: none, or a doc_id held twice), and that
+    # row's size and metadata, aligned with the listing.
+    position, before_ids = _previous_positions(previous_table, listed_ids)
+    aligned = previous_table.select(["size_bytes", *_LISTED_COLUMNS]).take(position)
+    candidate = _carry_candidates(config, listed, previous_table, position)
     same_listing = _all_same(listed, aligned, ("size_bytes", *_TOKEN_COLUMNS))
     has_token = _any_valid(listed, _TOKEN_COLUMNS)
     trusted = pc.and_(candidate, pc.and_(same_listing, has_token))
@@ -309,7 +311,7 @@ def plan_rebuild(
     hashed_ids = listed.column("doc_id").filter(to_hash)
     unchanged_bytes = _unchanged_bytes(
         [listing.documents[doc_id][0] for doc_id in hashed_ids.to_pylist()],
-        aligned.column("content_sha256").filter(to_hash),
+        previous_table.column("content_sha256").take(position.filter(to_hash)),
         config,
     )
     carried_mask = pc.or_(trusted, pc.is_in(listed.column("doc_id"), value_set=unchanged_bytes))
@@ -442,31 +444,36 @@ _LISTED_SCHEMA = pa.schema(
 )
 
 
-def _aligned_previous(previous: pa.Table, doc_ids: pa.Array) -> tuple[pa.Table, pa.Array]:
-    """(the previous row of each of ``doc_ids``, in their order, without its doc_id: a null row where the
-    previous snapshot has none, or has two (a duplicate across inputs, never carried over); the previous
-    snapshot's doc_ids, each once)."""
-    counts = pc.value_counts(previous.column("doc_id"))
-    before_ids = counts.field("values")
-    twice = before_ids.filter(pc.greater(counts.field("counts"), int64_array([1])[0]))
-    single = (
-        previous.filter(pc.invert(pc.is_in(previous.column("doc_id"), value_set=twice))) if len(twice) else previous
-    )
-    position = pc.index_in(doc_ids, value_set=single.column("doc_id").combine_chunks())
-    return single.drop_columns(["doc_id"]).take(position), before_ids
+def _previous_positions(previous: pa.Table, doc_ids: pa.Array) -> tuple[pa.Array, pa.Array]:
+    """(the row of ``previous`` of each of ``doc_ids``, in their order: null where the previous snapshot
+    has none, or has two (a duplicate across inputs, never carried over); the previous snapshot's doc_ids,
+    each once)."""
+    ids = previous.column("doc_id").combine_chunks()
+    first = pc.index_in(ids, value_set=ids)
+    rows = np.arange(len(ids), dtype=np.int32)
+    is_first = pc.equal(first, pa.Array.from_buffers(pa.int32(), len(ids), [None, pa.py_buffer(rows)]))
+    position = pc.index_in(doc_ids, value_set=ids)
+    if pc.all(is_first).as_py() is not False:
+        return position, ids
+    held_twice = ids.filter(pc.invert(is_first))
+    position = pc.if_else(pc.is_in(doc_ids, value_set=held_twice), pa.nulls(1, pa.int32())[0], position)
+    return position, ids.filter(is_first)
 
 
-def _carry_candidates(config: RunConfig, listed: pa.Table, aligned: pa.Table) -> pa.Array:
+def _carry_candidates(config: RunConfig, listed: pa.Table, previous: pa.Table, position: pa.Array) -> pa.Array:
     """Which listed documents may carry over if their bytes are unchanged: the file alone holds its doc_id,
-    was ``ok`` in the previous snapshot from the same ``source_uri`` with a content hash, and is within the
-    size limit."""
+    was ``ok`` in the previous snapshot (row ``position``) from the same ``source_uri`` with a content
+    hash, and is within the size limit."""
     size = listed.column("size_bytes")
     limit = int64_array([config.input.max_file_bytes])[0]
+    was_ok = pc.and_(
+        pc.is_in(previous.column("status"), value_set=string_array(["ok"])),
+        pc.greater(pc.binary_length(previous.column("content_sha256")), int64_array([0])[0].cast(pa.int32())),
+    )
     conditions = [
         listed.column("sole"),
-        pc.is_in(aligned.column("status"), value_set=string_array(["ok"])),
-        pc.greater(pc.binary_length(aligned.column("content_sha256")), int64_array([0])[0].cast(pa.int32())),
-        pc.equal(aligned.column("source_uri"), listed.column("source_uri")),
+        was_ok.take(position),
+        pc.equal(previous.column("source_uri").take(position), listed.column("source_uri")),
         pc.or_(pc.is_null(size), pc.less_equal(size, limit)),
     ]
     result = conditions[0]
