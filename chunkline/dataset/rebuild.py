@@ -13,10 +13,15 @@ A run on an output that already holds a published snapshot compares the listing 
    the run is a **full** rebuild: every
    document goes through the chunker. Its ``changes/`` tables still compare it with the previous snapshot.
 2. Otherwise the inputs are listed and every document that was ``ok`` in the snapshot, still comes from the
-   same ``source_uri`` and has the same content SHA-256 (its bytes are read and hashed here, by a pool of
-   threads) is **carried over**: its rows are copied from the snapshot's parts, never chunked again. The
-   others (edited, new, unreadable before, in error before, or sharing a doc_id with another file) are
-   chunked; documents gone from the input are dropped.
+   same ``source_uri`` and has unchanged bytes is **carried over**: its rows are copied from the snapshot's
+   parts, never chunked again. Unchanged means: its listed size and change tokens (modification time in
+   nanoseconds, ETag, version: :func:`~chunkline.dataset.inputs.change_tokens`) equal those its row
+   recorded, at least one token given, and the file is not read; or, when they differ or are missing (a
+   row written before they were recorded, a store that gives none) or ``run.verify_content`` is set, its
+   bytes are read and hashed here (by a pool of threads) and the content SHA-256 is the same. The others
+   (edited, new, unreadable before, in error before, or sharing a doc_id with another file) are chunked;
+   documents gone from the input are dropped. The plan is computed with Arrow over the listing's columns and
+   the previous ``documents`` table (:data:`PLANNED_COLUMNS`), not with Python values per document.
 
 A folder below an input that could not be listed is an error row, not a folder whose documents are gone:
 the documents the snapshot holds from it are carried over as they were (the run stays incremental however
@@ -24,7 +29,8 @@ many documents changed), and a full rebuild, which carries nothing over, raises
 :class:`PublishRefusedError` instead of deleting them.
 
 The result is row for row what a full rebuild of the new corpus writes: carried rows are the rows the
-chunker would make again, and only ``documents.modified_time`` is refreshed from the listing. For each shard
+chunker would make again, and only the listed metadata of ``documents`` (``modified_time``,
+``source_mtime_ns``, ``source_etag``, ``source_version``) is refreshed from the listing. For each shard
 the plan is written to ``keep-<shard>.arrow`` under the run's staging prefix, where the sink's merge reads
 it (see :func:`chunkline.dataset.merge.read_shard_plan`). When most documents changed, the run is simply a full one.
 """

@@ -27,6 +27,7 @@ from chunkline.dataset.inputs import change_tokens, listing_is_trusted
 from chunkline.dataset.layout import MANIFEST_NAME, part_name, part_shard
 from chunkline.dataset.publish import read_dataset, read_manifest
 from chunkline.dataset.storage import parquet_bytes
+from chunkline.pipelines.cli import main
 from chunkline.schemas import ROW_TABLES
 
 from .conftest import CORPUS, documents, rows_by_doc, run, table_digests
@@ -197,9 +198,11 @@ def test_an_edit_that_restores_size_and_mtime_is_seen_only_with_verify_content(t
     assert table_digests(output, ["chunks"]) == published_chunks
     assert "INSTALL" not in "".join(row["text"] for row in rows_by_doc(output, "chunks")[EDITED])
 
-    seen = run([corpus], output, "run.verify_content=true")
+    assert main(["run", str(corpus), "--output", str(output), "--verify-content"]) == 0
     assert sorted(set(document_reads.opened)) == sorted(CORPUS), "--verify-content hashes every document"
-    assert seen.rebuild["documents_read_to_compare"] == len(CORPUS) and seen.rebuild["documents_chunked"] == 1
+    seen = read_manifest(str(output))
+    assert seen["config"]["run"]["verify_content"] is True
+    assert seen["rebuild"]["documents_read_to_compare"] == len(CORPUS) and seen["rebuild"]["documents_chunked"] == 1
     assert "INSTALL" in "".join(row["text"] for row in rows_by_doc(output, "chunks")[EDITED])
     run([corpus], tmp_path / "fresh")
     assert table_digests(output, ROW_TABLES) == table_digests(tmp_path / "fresh", ROW_TABLES)
