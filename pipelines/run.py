@@ -76,6 +76,7 @@ from chunkline.dataset.staged import (
     staged_counts,
 )
 from chunkline.dataset.storage import scrub_secrets
+from chunkline.pipelines.describe import read_to_compare_text
 from chunkline.pipelines.run_folder import RunFolder, remove_abandoned_run_folders
 from chunkline.pipelines.worker_watchdog import WorkerWatchdog
 from chunkline.settings import ConfigError
@@ -137,6 +138,7 @@ class RunSummary:
             lines.append(
                 f"  incremental: {self.rebuild['documents_chunked']} documents chunked, "
                 f"{self.rebuild['documents_carried_over']} carried over from snapshot {self.rebuild['previous_snapshot']}"
+                + read_to_compare_text(self.rebuild)
             )
         elif self.rebuild.get("previous_snapshot"):
             lines.append(f"  full rebuild: {self.rebuild['reason']}")
