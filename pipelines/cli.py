@@ -146,6 +146,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="chunk every document again, even those unchanged since the output's last snapshot",
     )
+    run.add_argument(
+        "--verify-content",
+        action="store_true",
+        default=None,
+        help="read and hash every file to find what changed, not only those whose size, time or ETag moved",
+    )
     run.set_defaults(handler=_run_command)
 
     inspect = commands.add_parser(
@@ -450,6 +456,8 @@ def _run_command(arguments: argparse.Namespace) -> int:
         overrides.append("run.fail_on_error=true")
     if arguments.reindex:
         overrides.append("run.reindex=true")
+    if arguments.verify_content:
+        overrides.append("run.verify_content=true")
     if arguments.allow_deletes:
         overrides.append("run.allow_deletes=true")
     config = load_run_config(arguments.config, overrides, inputs=arguments.inputs, output=arguments.output)

@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 from chunkline.dataset.publish import DamagedDatasetError, list_snapshots, read_dataset, read_manifest, verify_snapshot
 from chunkline.schemas import TABLE_SCHEMAS
 
-__all__ = ["describe_dataset", "token_histogram"]
+__all__ = ["describe_dataset", "read_to_compare_text", "token_histogram"]
 
 _HISTOGRAM_BINS = 10
 _BAR_WIDTH = 40
@@ -45,6 +45,7 @@ def _describe_rebuild(manifest: dict[str, Any]) -> list[str]:
         lines.append(
             f"rebuild: incremental from snapshot {rebuild.get('previous_snapshot')}: "
             f"{rebuild.get('documents_chunked')} documents chunked, {rebuild.get('documents_carried_over')} carried over"
+            + read_to_compare_text(rebuild)
         )
     elif rebuild:
         lines.append(f"rebuild: full ({rebuild.get('reason', 'no reason recorded')})")
@@ -129,3 +130,9 @@ def describe_dataset(
     else:
         lines += ["", "errors: none"]
     return "\n".join(lines)
+
+
+def read_to_compare_text(rebuild: dict) -> str:
+    """How many files the plan read to decide what changed (a manifest from before it was counted: nothing)."""
+    read = rebuild.get("documentsread_to_compare_text")
+    return "" if read is None else f", {read} files read to compare"

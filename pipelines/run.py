@@ -65,7 +65,7 @@ from chunkline.dataset.publish import (
     read_dataset,
     verify_output,
 )
-from chunkline.dataset.rebuild import InputListing, RebuildPlan, list_inputs, plan_rebuild
+from chunkline.dataset.rebuild import PLANNED_COLUMNS, InputListing, RebuildPlan, list_inputs, plan_rebuild
 from chunkline.dataset.settings import RunConfig
 from chunkline.dataset.staged import (
     change_counts,
@@ -76,6 +76,7 @@ from chunkline.dataset.staged import (
     staged_counts,
 )
 from chunkline.dataset.storage import scrub_secrets
+from chunkline.pipelines.describe import read_to_compare_text
 from chunkline.pipelines.run_folder import RunFolder, remove_abandoned_run_folders
 from chunkline.pipelines.worker_watchdog import WorkerWatchdog
 from chunkline.settings import ConfigError
@@ -137,6 +138,7 @@ class RunSummary:
             lines.append(
                 f"  incremental: {self.rebuild['documents_chunked']} documents chunked, "
                 f"{self.rebuild['documents_carried_over']} carried over from snapshot {self.rebuild['previous_snapshot']}"
+                + read_to_compare_text(self.rebuild)
             )
         elif self.rebuild.get("previous_snapshot"):
             lines.append(f"  full rebuild: {self.rebuild['reason']}")
@@ -428,7 +430,7 @@ def _previous_state(config: RunConfig) -> _PreviousState:
         documents = read_dataset(
             output_url,
             "documents",
-            columns=["doc_id", "source_uri", "status", "content_sha256", "modified_time"],
+            columns=list(PLANNED_COLUMNS),
             storage_options=config.output.storage_options,
         )
     except Exception as error:  # an unreadable snapshot is rebuilt in full, never trusted

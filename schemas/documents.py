@@ -40,6 +40,27 @@ DOCUMENTS_SCHEMA = pa.schema(
         field("title", pa.string(), "Front matter title, else the first level-1 heading.", nullable=True),
         field("front_matter", pa.string(), "The document's front matter as JSON text, if it has any.", nullable=True),
         field("message", pa.string(), "Why the document is in error or skipped; null when ok.", nullable=True),
+        field(
+            "source_mtime_ns",
+            pa.int64(),
+            "Modification time the storage listed for the file, in nanoseconds since the epoch (a local file's "
+            "st_mtime_ns; another store's time at its own precision); null when it reports none or is not "
+            "trusted. With size_bytes, source_etag and source_version it decides whether a rerun reads the file.",
+            nullable=True,
+        ),
+        field(
+            "source_etag",
+            pa.string(),
+            "Entity tag the storage listed for the file (S3 ETag, GCS or Azure etag), as given; null when none.",
+            nullable=True,
+        ),
+        field(
+            "source_version",
+            pa.string(),
+            "Object version the storage listed for the file (GCS generation, S3 VersionId, Azure version_id); "
+            "null when none.",
+            nullable=True,
+        ),
     ],
     metadata={
         "chunkline.table": "documents",

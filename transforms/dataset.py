@@ -51,6 +51,7 @@ from chunkline.dataset.lock import ConcurrentRunError
 from chunkline.dataset.process_hooks import NO_PROCESS_HOOKS, ProcessHooks
 from chunkline.dataset.publish import acquire_output_lock, discard_run, publish_run, read_dataset, read_manifest
 from chunkline.dataset.rebuild import (
+    PLANNED_COLUMNS,
     InputListing,
     RebuildPlan,
     plan_rebuild,
@@ -186,7 +187,7 @@ class _PublishRunFn(beam.DoFn):
                 read_dataset(
                     output_url,
                     "documents",
-                    columns=["doc_id", "source_uri", "status", "content_sha256", "modified_time"],
+                    columns=list(PLANNED_COLUMNS),
                     storage_options=config.output.storage_options,
                 ),
                 self._full_reason,
@@ -291,7 +292,7 @@ class WriteChunkDataset(beam.PTransform):
         return write_settings_for(self._config, self.run_id, self.plan, self._process_hooks)
 
     def _write_shard_plans(self) -> None:
-        """An incremental run's ``keep-<shard>.json`` files, written into the run's staging area by the
+        """An incremental run's ``keep-<shard>.arrow`` files, written into the run's staging area by the
         driver before the pipeline runs (the carried documents can be many: they stay out of the job's
         graph). Nothing reads them until the merges, and no reader ever looks there."""
         if self.plan.incremental:

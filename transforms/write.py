@@ -18,7 +18,7 @@ sorted copy, however large the shard.
 With a previous snapshot (``WriteSettings.previous``) the merge also writes the shard's ``changes/``
 tables: the chunk rows to upsert and the chunk ids to delete, found by comparing the shard's rows with the
 previous snapshot's. In an incremental run only the documents that changed were chunked; the run's plan
-(``keep-<shard>.json`` under the staging prefix, see :mod:`chunkline.dataset.rebuild`) names the
+(``keep-<shard>.arrow`` under the staging prefix, see :mod:`chunkline.dataset.rebuild`) names the
 documents whose rows are carried over unchanged from the previous snapshot's part, and a shard in which
 nothing changed has its previous part files copied as they are.
 

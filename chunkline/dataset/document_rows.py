@@ -228,6 +228,9 @@ class DocumentChunker(BundleStep):
             "title": None,
             "front_matter": None,
             "message": None,
+            "source_mtime_ns": source.mtime_ns,
+            "source_etag": source.etag,
+            "source_version": source.version,
         }
 
     def _problem_rows(

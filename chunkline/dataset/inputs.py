@@ -38,7 +38,8 @@ import re
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
 from typing import Any, Literal
 
 import fsspec
@@ -52,12 +53,15 @@ from chunkline.dataset.storage import StorageError, scrub_secrets, with_storage_
 
 __all__ = [
     "UNLISTED_FOLDER",
+    "UNTRUSTED_METADATA_PROTOCOLS",
     "FileProblem",
     "ListedEntry",
     "SourceFile",
     "choose_source",
     "doc_id_of",
+    "change_tokens",
     "glob_root",
+    "listing_is_trusted",
     "match_input",
     "read_source",
     "utf8_name",
@@ -107,6 +111,10 @@ class ListedEntry:
     size_bytes: int | None = None
     modified_time: datetime | None = None
     """Its last modification, in UTC."""
+    mtime_ns: int | None = None
+    etag: str | None = None
+    version: str | None = None
+    """The store's change tokens for it (see :class:`SourceFile`)."""
     is_folder: bool = False
     """For links: whether the target is a folder (a folder link's name need not end in ``.md``)."""
     detail: str = ""
@@ -161,7 +169,11 @@ def walk_local_folder(root: str, maxdepth: int | None = None) -> Iterator[Listed
                 elif entry.is_file(follow_symlinks=False):
                     status = entry.stat(follow_symlinks=False)
                     yield ListedEntry(
-                        _posix(path), "file", size_bytes=status.st_size, modified_time=_utc(status.st_mtime)
+                        _posix(path),
+                        "file",
+                        size_bytes=status.st_size,
+                        modified_time=_utc(status.st_mtime),
+                        mtime_ns=status.st_mtime_ns,
                     )
             except FileNotFoundError:  # gone between the listing and the look at it
                 continue
@@ -180,7 +192,13 @@ def _file_entry(link: str) -> ListedEntry | None:
         return ListedEntry(_posix(link), "file")
     if not stat.S_ISREG(status.st_mode):
         return None
-    return ListedEntry(_posix(link), "file", size_bytes=status.st_size, modified_time=_utc(status.st_mtime))
+    return ListedEntry(
+        _posix(link),
+        "file",
+        size_bytes=status.st_size,
+        modified_time=_utc(status.st_mtime),
+        mtime_ns=status.st_mtime_ns,
+    )
 
 
 def _utc(seconds: float) -> datetime:
@@ -218,6 +236,19 @@ class SourceFile:
     modified_time: datetime | None
     data: bytes | None = None
     problem: FileProblem | None = None
+    mtime_ns: int | None = None
+    """Modification time as the store lists it, in nanoseconds since the epoch (a local file's
+    ``st_mtime_ns``; another store's time at its own precision); None when it reports none."""
+    etag: str | None = None
+    """The store's entity tag (S3 ``ETag``, Azure ``etag``, GCS ``etag``), as listed; None when it has none."""
+    version: str | None = None
+    """The store's version of the object (GCS ``generation``, S3 ``VersionId``, Azure ``version_id``)."""
+
+    @property
+    def has_change_token(self) -> bool:
+        """Whether the listing gave something that moves when the file is written (a modification time, an
+        ETag or a version): without one, only its bytes can tell whether it changed."""
+        return self.mtime_ns is not None or self.etag is not None or self.version is not None
 
 
 def _modified_time(info: dict[str, Any]) -> datetime | None:
@@ -236,6 +267,37 @@ def _modified_time(info: dict[str, Any]) -> datetime | None:
                 continue
             return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
     return None
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+#: Stores whose listing is not trusted to say whether a file changed: an HTTP server's ETag may be weak,
+#: missing or rewritten by a proxy, and its Last-Modified optional. Their files are always read and hashed.
+UNTRUSTED_METADATA_PROTOCOLS = ("http", "https")
+
+
+def listing_is_trusted(fs: fsspec.AbstractFileSystem) -> bool:
+    """Whether ``fs``'s listing can say that a file is unchanged (false for :data:`UNTRUSTED_METADATA_PROTOCOLS`:
+    their files are read and hashed on every run)."""
+    protocols = (fs.protocol,) if isinstance(fs.protocol, str) else tuple(fs.protocol)
+    return not any(protocol in UNTRUSTED_METADATA_PROTOCOLS for protocol in protocols)
+
+
+def change_tokens(info: dict[str, Any]) -> tuple[int | None, str | None, str | None]:
+    """(modification time in nanoseconds, ETag, version) of a file from its fsspec ``info``: local ``mtime``,
+    s3fs ``LastModified``/``ETag``/``VersionId``, gcsfs ``updated``/``etag``/``generation``, adlfs
+    ``last_modified``/``etag``/``version_id``, memory ``created`` (set anew by every write)."""
+    modified = _modified_time(info)
+    mtime_ns = None if modified is None else (modified - _EPOCH) // timedelta(microseconds=1) * 1000
+    raw_mtime = info.get("mtime")
+    if isinstance(raw_mtime, (int, float)) and not isinstance(raw_mtime, bool):
+        # Seconds as a float, taken at their shortest decimal form (not rounded to microseconds).
+        mtime_ns = int(Decimal(repr(raw_mtime)) * 1_000_000_000)
+    etag = next((str(info[key]) for key in ("ETag", "etag", "e_tag") if info.get(key) is not None), None)
+    version = next(
+        (str(info[key]) for key in ("VersionId", "version_id", "generation") if info.get(key) is not None), None
+    )
+    return mtime_ns, etag, version
 
 
 def glob_root(path: str) -> str:
@@ -339,6 +401,7 @@ def match_input(url: str, input_index: int, config: InputConfig) -> Iterator[Sou
     root cannot be listed the listing's error."""
     fs, path = url_to_fs(url, **config.storage_options)
     local = isinstance(fs, LocalFileSystem)
+    trusted = listing_is_trusted(fs)
     if local:
         path = posixpath.normpath(path)
     path = path.rstrip("/") if path not in ("", "/") else path
@@ -364,17 +427,38 @@ def match_input(url: str, input_index: int, config: InputConfig) -> Iterator[Sou
         ]
     elif fs.isfile(path):
         root = posixpath.dirname(path)
-        listed = [_listed(path, fs.info(path))]
+        listed = [_local_file(path) if local else _listed(path, fs.info(path))]
     else:
         raise FileNotFoundError(f"input {url} does not exist")
     for entry in sorted(listed, key=lambda entry: entry.path):
+        if not trusted:
+            entry = replace(entry, mtime_ns=None, etag=None, version=None)
         yield from _source_files(entry, fs, root, url, input_index, config, archive=archive)
 
 
 def _listed(name: str, info: dict[str, Any]) -> ListedEntry:
     size = info.get("size")
+    mtime_ns, etag, version = change_tokens(info)
     return ListedEntry(
-        name, "file", size_bytes=int(size) if size is not None else None, modified_time=_modified_time(info)
+        name,
+        "file",
+        size_bytes=int(size) if size is not None else None,
+        modified_time=_modified_time(info),
+        mtime_ns=mtime_ns,
+        etag=etag,
+        version=version,
+    )
+
+
+def _local_file(path: str) -> ListedEntry:
+    """A local file given as an input of its own, with its modification time to the nanosecond."""
+    status = os.stat(path)
+    return ListedEntry(
+        path,
+        "file",
+        size_bytes=status.st_size,
+        modified_time=_utc(status.st_mtime),
+        mtime_ns=status.st_mtime_ns,
     )
 
 
@@ -463,6 +547,9 @@ def _source_files(
         size_bytes=entry.size_bytes,
         modified_time=entry.modified_time,
         problem=problem,
+        mtime_ns=entry.mtime_ns,
+        etag=entry.etag,
+        version=entry.version,
     )
 
 

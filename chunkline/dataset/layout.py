@@ -88,7 +88,7 @@ def snapshot_url(output_url: str, snapshot: str) -> str:
 
 def keep_plan_path(staging_root: str, shard: int) -> str:
     """Where an incremental run's plan for one shard lives (see :mod:`chunkline.dataset.rebuild`)."""
-    return f"{staging_root.rstrip('/')}/plan/keep-{shard:05d}.json"
+    return f"{staging_root.rstrip('/')}/plan/keep-{shard:05d}.arrow"
 
 
 def listing_path(staging_root: str) -> str:

@@ -8,7 +8,7 @@ as a file, only its URL travels; the first step of the pipeline reads it back in
 
 The file is the run's own (it lives in the run's staging area, which publishing removes): JSON lines, one
 document per line, each with its matched files' fields (:class:`~chunkline.dataset.inputs.SourceFile`,
-modification times in microseconds since the epoch). Never a pickle: the staging area is storage that
+modification times in microseconds since the epoch, and the store's change tokens). Never a pickle: the staging area is storage that
 others may write to, and reading must not run anything.
 """
 
@@ -89,6 +89,9 @@ def _file_fields(source: SourceFile) -> dict:
         "size_bytes": source.size_bytes,
         "modified_time": None if modified is None else (modified - _EPOCH) // _MICROSECOND,
         "problem": None if problem is None else [problem.stage, problem.error_type, problem.message, problem.skipped],
+        "mtime_ns": source.mtime_ns,
+        "etag": source.etag,
+        "version": source.version,
     }
 
 
@@ -103,4 +106,7 @@ def _source_file(fields: dict) -> SourceFile:
         size_bytes=fields["size_bytes"],
         modified_time=None if modified is None else _EPOCH + timedelta(microseconds=modified),
         problem=None if problem is None else FileProblem(*problem),
+        mtime_ns=fields.get("mtime_ns"),
+        etag=fields.get("etag"),
+        version=fields.get("version"),
     )

@@ -37,6 +37,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from pyarrow import ipc
 
 from chunkline.dataset.layout import keep_plan_path
 from chunkline.dataset.row_groups import RowGroupCuts, row_bytes, row_group_ends
@@ -59,7 +60,10 @@ __all__ = [
     "sorted_unique",
     "sorted_unique_row_groups",
     "unique_order",
-    "with_modified_times",
+    "with_listed_metadata",
+    "CARRIED_SCHEMA",
+    "carried_doc_ids",
+    "shard_plan_bytes",
 ]
 
 
@@ -85,29 +89,69 @@ def shard_of(doc_id: str, shards: int) -> int:
 
 @dataclass
 class ShardPlan:
-    """What an incremental run carries over in one shard (read from ``keep-<shard>.json``)."""
+    """What an incremental run carries over in one shard (read from ``keep-<shard>.arrow``)."""
 
-    modified_times: dict[str, int | None] = field(default_factory=dict)
-    """doc_id -> its file's modification time now (microseconds since the epoch), for every carried document."""
+    carried: pa.Table = field(default_factory=lambda: CARRIED_SCHEMA.empty_table())
+    """Every carried document of the shard, with its file's metadata as listed now (:data:`CARRIED_SCHEMA`)."""
     rows_untouched: bool = False
     """No document of the shard was added, changed or deleted: chunks and errors parts can be copied."""
     documents_untouched: bool = False
-    """...and no carried document's modification time moved: the documents part can be copied too."""
+    """...and no carried document's listed metadata moved: the documents part can be copied too."""
+
+
+#: The ``documents`` columns that a carried document takes from this run's listing, not from its old row.
+LISTED_METADATA_COLUMNS = ("modified_time", "source_mtime_ns", "source_etag", "source_version")
+
+#: A shard plan's rows: each carried document and the metadata of its file as listed now (``modified_time``
+#: in microseconds since the epoch), which its ``documents`` row takes.
+CARRIED_SCHEMA = pa.schema(
+    [
+        ("doc_id", pa.string()),
+        ("modified_time", pa.int64()),
+        ("source_mtime_ns", pa.int64()),
+        ("source_etag", pa.string()),
+        ("source_version", pa.string()),
+    ]
+)
+
+
+def shard_plan_bytes(plan: ShardPlan) -> bytes:
+    """A shard plan as an Arrow IPC file: its carried rows, and its flags in the schema's metadata (never a
+    pickle: the staging area is storage that others may write to, and reading must not run anything)."""
+    flags = {"rows_untouched": plan.rows_untouched, "documents_untouched": plan.documents_untouched}
+    table = plan.carried.cast(CARRIED_SCHEMA).replace_schema_metadata({"chunkline.shard_plan": json.dumps(flags)})
+    sink = pa.BufferOutputStream()
+    with ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
 
 
 def read_shard_plan(fs, staging_root: str, shard: int, secrets: tuple[str, ...] = ()) -> ShardPlan:
     """The plan an incremental run wrote for one shard (see :func:`chunkline.dataset.rebuild.write_shard_plans`)."""
-    data = json.loads(read_file_bytes(fs, keep_plan_path(staging_root, shard), secrets=secrets))
-    return ShardPlan(data["modified_times"], data["rows_untouched"], data["documents_untouched"])
+    data = read_file_bytes(fs, keep_plan_path(staging_root, shard), secrets=secrets)
+    table = ipc.open_file(pa.BufferReader(data)).read_all()
+    flags = json.loads(table.schema.metadata[b"chunkline.shard_plan"])
+    return ShardPlan(table.replace_schema_metadata(None), flags["rows_untouched"], flags["documents_untouched"])
 
 
-def with_modified_times(documents: pa.Table, modified_times: dict[str, int | None]) -> pa.Table:
-    """``documents`` with each row's ``modified_time`` set to its file's current one."""
-    column = documents.schema.get_field_index("modified_time")
-    values = [modified_times.get(doc_id) for doc_id in documents.column("doc_id").to_pylist()]
-    return documents.set_column(
-        column, documents.schema.field(column), pa.array(values, pa.int64()).cast(documents.schema.field(column).type)
-    )
+def with_listed_metadata(documents: pa.Table, carried: pa.Table) -> pa.Table:
+    """``documents`` with each row's :data:`LISTED_METADATA_COLUMNS` set to its file's as listed now
+    (``carried``, of :data:`CARRIED_SCHEMA`; a row whose doc_id it lacks gets nulls)."""
+    position = pc.index_in(documents.column("doc_id"), value_set=carried.column("doc_id").combine_chunks())
+    for name in LISTED_METADATA_COLUMNS:
+        index = documents.schema.get_field_index(name)
+        target = documents.schema.field(index)
+        column = carried.column(name).take(position).cast(target.type)
+        documents = documents.set_column(index, target, column)
+    return documents
+
+
+def carried_doc_ids(plan: ShardPlan | None) -> pa.Array:
+    """The doc_ids a shard plan carries over, sorted (none without a plan)."""
+    if plan is None:
+        return pa.array([], pa.string())
+    ids = plan.carried.column("doc_id").combine_chunks()
+    return ids.take(pc.array_sort_indices(ids))
 
 
 def chunk_changes(previous: pa.Table, final: pa.Table, carried_ids: pa.Array) -> tuple[pa.Table, pa.Table]:

@@ -13,10 +13,15 @@ A run on an output that already holds a published snapshot compares the listing 
    the run is a **full** rebuild: every
    document goes through the chunker. Its ``changes/`` tables still compare it with the previous snapshot.
 2. Otherwise the inputs are listed and every document that was ``ok`` in the snapshot, still comes from the
-   same ``source_uri`` and has the same content SHA-256 (its bytes are read and hashed here, by a pool of
-   threads) is **carried over**: its rows are copied from the snapshot's parts, never chunked again. The
-   others (edited, new, unreadable before, in error before, or sharing a doc_id with another file) are
-   chunked; documents gone from the input are dropped.
+   same ``source_uri`` and has unchanged bytes is **carried over**: its rows are copied from the snapshot's
+   parts, never chunked again. Unchanged means: its listed size and change tokens (modification time in
+   nanoseconds, ETag, version: :func:`~chunkline.dataset.inputs.change_tokens`) equal those its row
+   recorded, at least one token given, and the file is not read; or, when they differ or are missing (a
+   row written before they were recorded, a store that gives none) or ``run.verify_content`` is set, its
+   bytes are read and hashed here (by a pool of threads) and the content SHA-256 is the same. The others
+   (edited, new, unreadable before, in error before, or sharing a doc_id with another file) are chunked;
+   documents gone from the input are dropped. The plan is computed with Arrow over the listing's columns and
+   the previous ``documents`` table (:data:`PLANNED_COLUMNS`), not with Python values per document.
 
 A folder below an input that could not be listed is an error row, not a folder whose documents are gone:
 the documents the snapshot holds from it are carried over as they were (the run stays incremental however
@@ -24,30 +29,41 @@ many documents changed), and a full rebuild, which carries nothing over, raises
 :class:`PublishRefusedError` instead of deleting them.
 
 The result is row for row what a full rebuild of the new corpus writes: carried rows are the rows the
-chunker would make again, and only ``documents.modified_time`` is refreshed from the listing. For each shard
-the plan is written to ``keep-<shard>.json`` under the run's staging prefix, where the sink's merge reads
+chunker would make again, and only the listed metadata of ``documents`` (``modified_time``,
+``source_mtime_ns``, ``source_etag``, ``source_version``) is refreshed from the listing. For each shard
+the plan is written to ``keep-<shard>.arrow`` under the run's staging prefix, where the sink's merge reads
 it (see :func:`chunkline.dataset.merge.read_shard_plan`). When most documents changed, the run is simply a full one.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import logging
-from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from fsspec.core import url_to_fs
 from fsspec.implementations.local import LocalFileSystem
 
 from chunkline.dataset import inputs
+from chunkline.dataset.arrow_columns import bool_array, int64_array, string_array
 from chunkline.dataset.inputs import UNLISTED_FOLDER, SourceFile
 from chunkline.dataset.layout import keep_plan_path
-from chunkline.dataset.merge import PreviousSnapshot, shard_of
+from chunkline.dataset.merge import (
+    CARRIED_SCHEMA,
+    LISTED_METADATA_COLUMNS,
+    PreviousSnapshot,
+    ShardPlan,
+    shard_of,
+    shard_plan_bytes,
+)
 from chunkline.dataset.publish import DamagedDatasetError, manifest_problem, read_dataset
 from chunkline.dataset.settings import InputConfig, RunConfig
 from chunkline.dataset.storage import (
@@ -61,6 +77,8 @@ from chunkline.engine import CHUNKING_VERSION
 from chunkline.schemas import SCHEMA_VERSION
 
 __all__ = [
+    "CARRIED_SCHEMA",
+    "PLANNED_COLUMNS",
     "InputListing",
     "PublishRefusedError",
     "RebuildPlan",
@@ -211,8 +229,9 @@ class RebuildPlan:
     previous: PreviousSnapshot | None = None
     to_chunk: list[tuple[str, list[SourceFile]]] = field(default_factory=list)
     """Incremental runs: (doc_id, matched files) of every document that goes through the chunker."""
-    carried: dict[str, datetime | None] = field(default_factory=dict)
-    """Incremental runs: doc_id -> modification time of every document whose rows carry over."""
+    carried: pa.Table = field(default_factory=lambda: CARRIED_SCHEMA.empty_table())
+    """Incremental runs: every document whose rows carry over (:data:`CARRIED_SCHEMA`: its doc_id and the
+    metadata its ``documents`` row takes from this run's listing)."""
     touched_shards: set[int] = field(default_factory=set)
     """Shards where a document was added, changed or deleted."""
     moved_shards: set[int] = field(default_factory=set)
@@ -226,6 +245,9 @@ class RebuildPlan:
     """Of those, how many the new snapshot will not hold."""
     kept_unlisted: int = 0
     """Documents carried over because the folder they were found in could not be listed."""
+    documents_read_to_compare: int | None = None
+    """Incremental runs: documents read and hashed to decide whether they changed (their listed size, time,
+    ETag or version moved, or the previous snapshot recorded none, or ``run.verify_content``)."""
 
     @property
     def incremental(self) -> bool:
@@ -237,6 +259,7 @@ class RebuildPlan:
             "reason": self.reason,
             "documents_chunked": len(self.to_chunk) if self.incremental else None,
             "documents_carried_over": len(self.carried) if self.incremental else 0,
+            "documents_read_to_compare": self.documents_read_to_compare if self.incremental else None,
             "previous_snapshot": self.previous.snapshot if self.previous else None,
         }
 
@@ -263,154 +286,255 @@ def plan_rebuild(
 ) -> RebuildPlan:
     """Decide how the run builds its snapshot from the previous one (see the module docstring).
 
-    ``previous_documents`` is the previous snapshot's ``documents`` table (doc_id, source_uri, status,
-    content_sha256, modified_time), read by the caller through the manifest; ``listing`` the driver's
-    listing of the inputs (listed here when not given).
+    ``previous_documents`` is the previous snapshot's ``documents`` table (at least the
+    :data:`PLANNED_COLUMNS`; one written before the metadata columns existed reads them as nulls), read by
+    the caller through the manifest; ``listing`` the driver's listing of the inputs (listed here when not
+    given). The plan is computed with Arrow over that table and the listing's columns.
 
     The documents that the previous snapshot holds under a folder that could not be listed now are carried
     over as they were; a full rebuild cannot do that, and raises :class:`PublishRefusedError` instead."""
     listing = list_inputs(config) if listing is None else listing
-    previous_rows = _previous_rows(previous_documents) if previous_documents is not None else None
+    previous_table = _planned_columns(previous_documents) if previous_documents is not None else None
     full_reason, previous = _full_rebuild_reason(config, previous_manifest, previous_documents)
     if full_reason is not None:
-        _refuse_full_rebuild_over_unlisted(listing, previous_manifest, previous_rows, full_reason)
-        published = previous_rows is not None and previous_manifest is not None
-        return _full_plan(
-            full_reason, previous, listing, {row["doc_id"] for row in previous_rows} if published else None
-        )
-    assert previous_rows is not None and previous is not None
-    # doc_id -> its modification time in the previous snapshot (its first row's, for a doc_id held twice).
-    previous_modified: dict[str, datetime | None] = {}
-    for row in previous_rows:
-        previous_modified.setdefault(row["doc_id"], row["modified_time"])
-    candidates, to_chunk = _carry_candidates(config, listing, previous_rows)
-    carried, edited = _unchanged_since(candidates, previous_rows, config)
-    to_chunk += edited
-    kept = _kept_under_unlisted(listing, previous_rows)
-    carried.update({doc_id: previous_modified[doc_id] for doc_id in kept})
+        _refuse_full_rebuild_over_unlisted(listing, previous_manifest, previous_table, full_reason)
+        published = previous_table is not None and previous_manifest is not None
+        return _full_plan(full_reason, previous, listing, previous_table.column("doc_id") if published else None)
+    assert previous_table is not None and previous is not None
+    listed = _listed_table(listing)
+    listed_ids = listed.column("doc_id").combine_chunks()
+    # The position of each listed document's previous row (null: none, or a doc_id held twice), and that
+    # row's size and metadata, aligned with the listing.
+    position, before_ids = _previous_positions(previous_table, listed_ids)
+    aligned = previous_table.select(["size_bytes", *_LISTED_COLUMNS]).take(position)
+    candidate = _carry_candidates(config, listed, previous_table, position)
+    same_listing = _all_same(listed, aligned, ("size_bytes", *_TOKEN_COLUMNS))
+    has_token = _any_valid(listed, _TOKEN_COLUMNS)
+    trusted = pc.and_(candidate, pc.and_(same_listing, has_token))
+    if config.run.verify_content:
+        trusted = bool_array([False] * len(trusted))
+    to_hash = pc.and_(candidate, pc.invert(trusted))
+    hashed_ids = listed.column("doc_id").filter(to_hash)
+    unchanged_bytes = _unchanged_bytes(
+        [listing.documents[doc_id][0] for doc_id in hashed_ids.to_pylist()],
+        previous_table.column("content_sha256").take(position.filter(to_hash)),
+        config,
+    )
+    carried_mask = pc.or_(trusted, pc.is_in(listed.column("doc_id"), value_set=unchanged_bytes))
+    to_chunk: list[tuple[str, list[SourceFile]]] = [(folder.doc_id, [folder]) for folder in listing.unlisted]
+    to_chunk += [
+        (doc_id, listing.documents[doc_id])
+        for doc_id in listed.column("doc_id").filter(pc.invert(carried_mask)).to_pylist()
+    ]
     to_chunk.sort(key=lambda item: item[0])
+    kept = _kept_under_unlisted(listing, previous_table, listed_ids)
     total = len(listing.documents)
     # With documents kept for a folder that could not be listed, only this run can keep them: never full.
-    if total and len(to_chunk) > _INCREMENTAL_MAX_SHARE * total and not kept:
+    if total and len(to_chunk) > _INCREMENTAL_MAX_SHARE * total and not len(kept):
         return _full_plan(
-            f"{len(to_chunk)} of {total} documents need chunking", previous, listing, set(previous_modified)
+            f"{len(to_chunk)} of {total} documents need chunking", previous, listing, previous_table.column("doc_id")
         )
-    touched, moved = _shards_to_merge(config, listing, to_chunk, carried, previous_modified)
-    deleted = sum(1 for doc_id in previous_modified if doc_id not in listing.documents and doc_id not in carried)
-    reason = f"{len(to_chunk)} of {total} documents to chunk, {len(carried) - len(kept)} carried over, {deleted} gone"
-    if kept:
+    carried_listed = listed if pc.all(carried_mask).as_py() else listed.filter(carried_mask)
+    moved_ids = carried_listed.column("doc_id").filter(
+        pc.invert(_all_same(listed, aligned, _LISTED_COLUMNS).filter(carried_mask))
+    )
+    carried = pa.concat_tables(
+        [carried_listed.select(["doc_id", *_LISTED_COLUMNS]).cast(CARRIED_SCHEMA), kept.cast(CARRIED_SCHEMA)]
+    )
+    gone = pc.invert(pc.is_in(before_ids, value_set=listed_ids))
+    if len(kept):
+        gone = pc.and_(gone, pc.invert(pc.is_in(before_ids, value_set=kept.column("doc_id").combine_chunks())))
+    deleted_ids = before_ids.filter(gone)
+    touched = _shards(config, [doc_id for doc_id, _ in to_chunk])
+    touched |= _shards(config, deleted_ids.to_pylist())
+    # An error row with no document (a folder that could not be listed then) is made again or dropped.
+    touched |= _shards(config, _documentless_errors(config, before_ids))
+    moved = _shards(config, moved_ids.to_pylist())
+    deleted = len(deleted_ids)
+    reason = (
+        f"{len(to_chunk)} of {total} documents to chunk, {carried.num_rows - len(kept)} carried over, {deleted} gone"
+    )
+    if len(kept):
         reason += f", {len(kept)} kept from {len(listing.unlisted)} folder(s) that could not be listed"
     plan = RebuildPlan("incremental", reason, previous, to_chunk, carried, touched, moved - touched, listed=True)
-    plan.documents_before = len(previous_modified)
+    plan.documents_before = len(before_ids)
     plan.documents_deleted = deleted
     plan.kept_unlisted = len(kept)
+    plan.documents_read_to_compare = len(hashed_ids)
     return plan
 
 
 #: The columns of the previous snapshot's documents table that a plan reads.
-_PLANNED_COLUMNS = ("doc_id", "source_uri", "status", "content_sha256", "modified_time")
+PLANNED_COLUMNS = (
+    "doc_id",
+    "source_uri",
+    "status",
+    "size_bytes",
+    "content_sha256",
+    *LISTED_METADATA_COLUMNS,
+)
+#: The listed change tokens: a file whose size and tokens are as the previous snapshot recorded them is
+#: taken as unchanged without reading it (unless ``run.verify_content``).
+_TOKEN_COLUMNS = ("source_mtime_ns", "source_etag", "source_version")
+#: The documents columns a carried document takes from this run's listing (``modified_time`` in microseconds).
+_LISTED_COLUMNS = LISTED_METADATA_COLUMNS
+_LISTED_TYPES = {
+    "modified_time": pa.int64(),
+    "source_mtime_ns": pa.int64(),
+    "source_etag": pa.string(),
+    "source_version": pa.string(),
+}
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_FALSE = bool_array([False])[0]
+_MICROSECOND = timedelta(microseconds=1)
 
 
-def _previous_rows(documents: pa.Table) -> list[dict[str, Any]]:
-    """The previous snapshot's documents as the plan reads them: one dict per row of
-    :data:`_PLANNED_COLUMNS`, ``modified_time`` an aware UTC datetime (or None).
+def _planned_columns(documents: pa.Table) -> pa.Table:
+    """The previous snapshot's documents as the plan reads them: the :data:`PLANNED_COLUMNS` (a column the
+    table lacks is null), ``modified_time`` as microseconds since the epoch (int64)."""
+    columns = []
+    for name in PLANNED_COLUMNS:
+        if name in documents.column_names:
+            column = documents.column(name)
+            if name == "modified_time":
+                column = column.cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
+            columns.append(column)
+        else:
+            columns.append(pa.nulls(documents.num_rows, _LISTED_TYPES.get(name, pa.string())))
+    return pa.table(columns, names=list(PLANNED_COLUMNS))
 
-    Converted column by column, the times from their microseconds: pyarrow turns each zoned timestamp
-    into a datetime by first asking whether pandas is installed, which imports pandas (a sixth of a
-    second) for a step that needs none of it."""
-    columns = [documents.column(name).to_pylist() for name in _PLANNED_COLUMNS[:-1]]
-    microseconds = documents.column("modified_time").cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
-    columns.append(
-        [None if value is None else _EPOCH + timedelta(microseconds=value) for value in microseconds.to_pylist()]
+
+def _listed_table(listing: InputListing) -> pa.Table:
+    """The listing as Arrow columns, one row per listed doc_id: its first file's ``source_uri``, size and
+    metadata, and ``sole`` (only one file holds the doc_id and it has no problem). Converted
+    :data:`_BATCH_ROWS` documents at a time, so that the Python values in between stay few."""
+    groups = iter(listing.documents.items())
+    batches = []
+    while batch := list(itertools.islice(groups, _BATCH_ROWS)):
+        sources = [group[0] for _, group in batch]
+        batches.append(
+            pa.record_batch(
+                [
+                    string_array([doc_id for doc_id, _ in batch]),
+                    string_array([source.source_uri for source in sources]),
+                    int64_array([source.size_bytes for source in sources]),
+                    int64_array(
+                        [
+                            None if source.modified_time is None else (source.modified_time - _EPOCH) // _MICROSECOND
+                            for source in sources
+                        ]
+                    ),
+                    int64_array([source.mtime_ns for source in sources]),
+                    string_array([source.etag for source in sources]),
+                    string_array([source.version for source in sources]),
+                    bool_array([len(group) == 1 and group[0].problem is None for _, group in batch]),
+                ],
+                schema=_LISTED_SCHEMA,
+            )
+        )
+    return pa.Table.from_batches(batches, schema=_LISTED_SCHEMA).combine_chunks()
+
+
+_BATCH_ROWS = 65_536
+_LISTED_SCHEMA = pa.schema(
+    [
+        ("doc_id", pa.string()),
+        ("source_uri", pa.string()),
+        ("size_bytes", pa.int64()),
+        ("modified_time", pa.int64()),
+        ("source_mtime_ns", pa.int64()),
+        ("source_etag", pa.string()),
+        ("source_version", pa.string()),
+        ("sole", pa.bool_()),
+    ]
+)
+
+
+def _previous_positions(previous: pa.Table, doc_ids: pa.Array) -> tuple[pa.Array, pa.Array]:
+    """(the row of ``previous`` of each of ``doc_ids``, in their order: null where the previous snapshot
+    has none, or has two (a duplicate across inputs, never carried over); the previous snapshot's doc_ids,
+    each once)."""
+    ids = previous.column("doc_id").combine_chunks()
+    first = pc.index_in(ids, value_set=ids)
+    rows = np.arange(len(ids), dtype=np.int32)
+    is_first = pc.equal(first, pa.Array.from_buffers(pa.int32(), len(ids), [None, pa.py_buffer(rows)]))
+    position = pc.index_in(doc_ids, value_set=ids)
+    if pc.all(is_first).as_py() is not False:
+        return position, ids
+    held_twice = ids.filter(pc.invert(is_first))
+    position = pc.if_else(pc.is_in(doc_ids, value_set=held_twice), pa.nulls(1, pa.int32())[0], position)
+    return position, ids.filter(is_first)
+
+
+def _carry_candidates(config: RunConfig, listed: pa.Table, previous: pa.Table, position: pa.Array) -> pa.Array:
+    """Which listed documents may carry over if their bytes are unchanged: the file alone holds its doc_id,
+    was ``ok`` in the previous snapshot (row ``position``) from the same ``source_uri`` with a content
+    hash, and is within the size limit."""
+    size = listed.column("size_bytes")
+    limit = int64_array([config.input.max_file_bytes])[0]
+    was_ok = pc.and_(
+        pc.is_in(previous.column("status"), value_set=string_array(["ok"])),
+        pc.greater(pc.binary_length(previous.column("content_sha256")), int64_array([0])[0].cast(pa.int32())),
     )
-    return [dict(zip(_PLANNED_COLUMNS, values)) for values in zip(*columns)]
+    conditions = [
+        listed.column("sole"),
+        was_ok.take(position),
+        pc.equal(previous.column("source_uri").take(position), listed.column("source_uri")),
+        pc.or_(pc.is_null(size), pc.less_equal(size, limit)),
+    ]
+    result = conditions[0]
+    for condition in conditions[1:]:
+        result = pc.and_(result, pc.fill_null(condition, _FALSE))
+    return pc.fill_null(result, _FALSE)
+
+
+def _all_same(left: pa.Table, right: pa.Table, names: tuple[str, ...]) -> pa.Array:
+    """Row by row, whether ``left`` and ``right`` hold the same value in each of ``names`` (null = null)."""
+    result = None
+    for name in names:
+        a, b = left.column(name), right.column(name)
+        same = pc.or_(pc.fill_null(pc.equal(a, b), _FALSE), pc.and_(pc.is_null(a), pc.is_null(b)))
+        result = same if result is None else pc.and_(result, same)
+    return result
+
+
+def _any_valid(table: pa.Table, names: tuple[str, ...]) -> pa.Array:
+    result = None
+    for name in names:
+        valid = pc.is_valid(table.column(name))
+        result = valid if result is None else pc.or_(result, valid)
+    return result
+
+
+def _unchanged_bytes(sources: list[SourceFile], published: pa.Array, config: RunConfig) -> pa.Array:
+    """The doc_ids of ``sources`` whose bytes hash as ``published`` (their previous content SHA-256, in
+    the same order)."""
+    digests = _content_digests(sources, config)
+    return string_array(
+        [
+            source.doc_id
+            for source, before in zip(sources, published.to_pylist())
+            if digests.get(source.doc_id) == before
+        ]
+    )
+
+
+def _shards(config: RunConfig, doc_ids: Any) -> set[int]:
+    shards = config.output.shards
+    return {shard_of(doc_id, shards) for doc_id in doc_ids}
 
 
 def _full_plan(
-    reason: str, previous: PreviousSnapshot | None, listing: InputListing, before: set[str] | None
+    reason: str, previous: PreviousSnapshot | None, listing: InputListing, before: pa.ChunkedArray | None
 ) -> RebuildPlan:
     """A full rebuild of every listed document; ``before``: the previous snapshot's doc_ids, if known."""
     plan = RebuildPlan("full", reason, previous, to_chunk=listing.groups(), listed=True)
     if before is not None:
-        plan.documents_before = len(before)
-        plan.documents_deleted = len(before - set(listing.documents))
+        before_ids = pc.unique(before.combine_chunks())
+        listed_ids = string_array(list(listing.documents))
+        plan.documents_before = len(before_ids)
+        plan.documents_deleted = len(before_ids) - (pc.sum(pc.is_in(before_ids, value_set=listed_ids)).as_py() or 0)
     return plan
-
-
-def _carry_candidates(
-    config: RunConfig, listing: InputListing, previous_rows: list[dict[str, Any]]
-) -> tuple[list[SourceFile], list[tuple[str, list[SourceFile]]]]:
-    """(the files whose rows may carry over if their bytes are unchanged, the documents that must be chunked).
-
-    A file may carry over when it alone holds its doc_id, was ``ok`` in the previous snapshot from the same
-    ``source_uri`` and is within the size limit; a folder that could not be listed is chunked (to its error
-    row)."""
-    before: dict[str, dict[str, Any] | None] = {}
-    for row in previous_rows:
-        # A doc_id with two rows (a duplicate across inputs) is never carried over.
-        before[row["doc_id"]] = None if row["doc_id"] in before else row
-    candidates: list[SourceFile] = []
-    to_chunk: list[tuple[str, list[SourceFile]]] = [(folder.doc_id, [folder]) for folder in listing.unlisted]
-    for doc_id in sorted(listing.documents):
-        group = listing.documents[doc_id]
-        old = before.get(doc_id)
-        source = group[0]
-        if (
-            len(group) == 1
-            and source.problem is None
-            and old is not None
-            and old["status"] == "ok"
-            and old["content_sha256"]
-            and old["source_uri"] == source.source_uri
-            and (source.size_bytes is None or source.size_bytes <= config.input.max_file_bytes)
-        ):
-            candidates.append(source)
-        else:
-            to_chunk.append((doc_id, group))
-    return candidates, to_chunk
-
-
-def _unchanged_since(
-    candidates: list[SourceFile], previous_rows: list[dict[str, Any]], config: RunConfig
-) -> tuple[dict[str, datetime | None], list[tuple[str, list[SourceFile]]]]:
-    """(doc_id -> modification time of each candidate whose bytes hash as before, the candidates that changed)."""
-    published = {row["doc_id"]: row["content_sha256"] for row in previous_rows}
-    digests = _content_digests(candidates, config)
-    carried: dict[str, datetime | None] = {}
-    edited: list[tuple[str, list[SourceFile]]] = []
-    for source in candidates:
-        if digests.get(source.doc_id) == published[source.doc_id]:
-            carried[source.doc_id] = source.modified_time
-        else:
-            edited.append((source.doc_id, [source]))
-    return carried, edited
-
-
-def _shards_to_merge(
-    config: RunConfig,
-    listing: InputListing,
-    to_chunk: list[tuple[str, list[SourceFile]]],
-    carried: dict[str, datetime | None],
-    previous_modified: dict[str, datetime | None],
-) -> tuple[set[int], set[int]]:
-    """(shards where a document was added, changed or deleted; shards where a carried document's
-    modification time moved)."""
-    shards = config.output.shards
-    touched = {shard_of(doc_id, shards) for doc_id, _ in to_chunk}
-    touched |= {
-        shard_of(doc_id, shards)
-        for doc_id in previous_modified
-        if doc_id not in carried and doc_id not in listing.documents
-    }
-    # An error row with no document (a folder that could not be listed then) is made again or dropped.
-    touched |= {shard_of(doc_id, shards) for doc_id in _documentless_errors(config, previous_modified)}
-    moved = {
-        shard_of(doc_id, shards)
-        for doc_id, modified in carried.items()
-        if _microseconds(modified) != _microseconds(previous_modified[doc_id])
-    }
-    return touched, moved
 
 
 def _full_rebuild_reason(
@@ -433,43 +557,50 @@ def _full_rebuild_reason(
     return None, previous
 
 
-def _documentless_errors(config: RunConfig, documents: dict[str, Any]) -> set[str]:
+def _documentless_errors(config: RunConfig, before_ids: pa.Array) -> list[str]:
     """doc_ids of the published snapshot's error rows that belong to no document (a folder that could not be
     listed): no carried document holds them, so their shard must be merged again, not copied."""
     errors = read_dataset(
         config.output.url or "", "errors", columns=["doc_id"], storage_options=config.output.storage_options
-    )
-    return {doc_id for doc_id in errors.column("doc_id").to_pylist() if doc_id not in documents}
+    ).column("doc_id")
+    return errors.filter(pc.invert(pc.is_in(errors, value_set=before_ids))).to_pylist()
 
 
-def _kept_under_unlisted(listing: InputListing, previous_rows: list[dict[str, Any]]) -> set[str]:
-    """The previous snapshot's doc_ids found below a folder that could not be listed now (and not found
-    anywhere else this time): what a snapshot built from this listing alone would wrongly delete."""
-    prefixes = tuple(folder.source_uri.rstrip("/") + "/" for folder in listing.unlisted)
+def _kept_under_unlisted(listing: InputListing, previous: pa.Table, listed_ids: pa.Array) -> pa.Table:
+    """The previous snapshot's documents found below a folder that could not be listed now (and not found
+    anywhere else this time): what a snapshot built from this listing alone would wrongly delete. One row
+    per doc_id, with its previous row's listed metadata (:data:`_LISTED_COLUMNS`), which it keeps."""
+    columns = ["doc_id", *_LISTED_COLUMNS]
+    prefixes = [folder.source_uri.rstrip("/") + "/" for folder in listing.unlisted]
     if not prefixes:
-        return set()
-    return {
-        row["doc_id"]
-        for row in previous_rows
-        if (row["source_uri"] or "").startswith(prefixes) and row["doc_id"] not in listing.documents
-    }
+        return previous.select(columns).slice(0, 0)
+    source_uri = pc.fill_null(previous.column("source_uri"), string_array([""])[0])
+    below = pc.starts_with(source_uri, prefixes[0])
+    for prefix in prefixes[1:]:
+        below = pc.or_(below, pc.starts_with(source_uri, prefix))
+    below = pc.and_(below, pc.invert(pc.is_in(previous.column("doc_id"), value_set=listed_ids)))
+    kept_ids = pc.unique(previous.column("doc_id").filter(below).combine_chunks())
+    # Each doc_id's first row, as the previous snapshot holds it.
+    return previous.select(columns).take(pc.index_in(kept_ids, value_set=previous.column("doc_id")))
 
 
 def _refuse_full_rebuild_over_unlisted(
     listing: InputListing,
     previous_manifest: dict[str, Any] | None,
-    previous_rows: list[dict[str, Any]] | None,
+    previous: pa.Table | None,
     reason: str,
 ) -> None:
     """A full rebuild chunks everything again and carries nothing over: with a folder that could not be
     listed, it would lose the documents published from that folder, so it publishes nothing instead."""
     if not listing.unlisted or previous_manifest is None:
         return  # nothing was published from the folder: its error row is all there is to say
-    kept = _kept_under_unlisted(listing, previous_rows) if previous_rows is not None else None
-    if kept is not None and not kept:
-        return
+    kept = None
+    if previous is not None:
+        kept = len(_kept_under_unlisted(listing, previous, string_array(list(listing.documents))))
+        if not kept:
+            return
     folder = listing.unlisted[0]
-    lost = f"the {len(kept)} document(s) published from it" if kept is not None else "the documents published from it"
+    lost = f"the {kept} document(s) published from it" if kept is not None else "the documents published from it"
     others = f" (and {len(listing.unlisted) - 1} more folder(s))" if len(listing.unlisted) > 1 else ""
     # The row's message reads "folder URL could not be listed (the error); the documents ...".
     detail = (
@@ -493,8 +624,8 @@ def refuse_full_rebuild_over_unlisted(
     """Raise :class:`PublishRefusedError` when a full rebuild (for ``reason``) would lose the documents
     ``previous_documents`` holds below a folder of ``unlisted`` (error rows of folders that could not be
     listed): the check :func:`plan_rebuild` makes, for a pipeline that listed its inputs itself."""
-    previous_rows = _previous_rows(previous_documents) if previous_documents is not None else None
-    _refuse_full_rebuild_over_unlisted(InputListing(unlisted=list(unlisted)), previous_manifest, previous_rows, reason)
+    previous = _planned_columns(previous_documents) if previous_documents is not None else None
+    _refuse_full_rebuild_over_unlisted(InputListing(unlisted=list(unlisted)), previous_manifest, previous, reason)
 
 
 def _content_digests(sources: list[SourceFile], config: RunConfig) -> dict[str, str | None]:
@@ -528,25 +659,28 @@ def _content_digests(sources: list[SourceFile], config: RunConfig) -> dict[str, 
         return dict(pool.map(digest, sources))
 
 
-def _microseconds(value: datetime | None) -> int | None:
-    if value is None:
-        return None
-    return round(value.timestamp() * 1_000_000)
-
-
 def write_shard_plans(plan: RebuildPlan, config: RunConfig, staging_url: str) -> None:
-    """Write each shard's ``keep-<shard>.json``: the carried documents with their modification times, and
-    whether the shard's previous parts can be copied as they are."""
+    """Write each shard's ``keep-<shard>.arrow`` (:func:`~chunkline.dataset.merge.shard_plan_bytes`): its
+    carried documents with their metadata as listed now, and whether its previous parts can be copied as
+    they are. The carried documents' shards are found a batch at a time; each plan is its shard's rows,
+    taken with Arrow."""
     fs, root = url_to_fs(staging_url, **config.output.storage_options)
-    per_shard: dict[int, dict[str, int | None]] = defaultdict(dict)
-    for doc_id, modified in plan.carried.items():
-        per_shard[shard_of(doc_id, config.output.shards)][doc_id] = _microseconds(modified)
-    for shard in range(config.output.shards):
-        data = {
-            "modified_times": per_shard.get(shard, {}),
-            "rows_untouched": shard not in plan.touched_shards,
-            "documents_untouched": shard not in plan.touched_shards and shard not in plan.moved_shards,
-        }
+    shards = config.output.shards
+    carried = plan.carried.cast(CARRIED_SCHEMA)
+    shard_numbers = np.concatenate(
+        [
+            np.fromiter((shard_of(doc_id, shards) for doc_id in batch.column(0).to_pylist()), np.int64, len(batch))
+            for batch in carried.select(["doc_id"]).to_batches(max_chunksize=_BATCH_ROWS)
+        ]
+        or [np.zeros(0, np.int64)]
+    )
+    for shard in range(shards):
+        positions = np.flatnonzero(shard_numbers == shard).astype(np.int64)
+        shard_plan = ShardPlan(
+            carried.take(pa.Array.from_buffers(pa.int64(), len(positions), [None, pa.py_buffer(positions)])),
+            rows_untouched=shard not in plan.touched_shards,
+            documents_untouched=shard not in plan.touched_shards and shard not in plan.moved_shards,
+        )
         write_file_atomically(
-            fs, keep_plan_path(root, shard), json.dumps(data, sort_keys=True).encode(), secrets=tuple(config.secrets())
+            fs, keep_plan_path(root, shard), shard_plan_bytes(shard_plan), secrets=tuple(config.secrets())
         )

@@ -25,6 +25,7 @@
       workers: auto                  # auto: every core for a large corpus; 0: in-process; N: N worker processes
       fail_on_error: false
       reindex: false                 # chunk every document again instead of carrying unchanged ones over
+      verify_content: false          # hash every file to find what changed, not only those whose size/time/ETag moved
       allow_deletes: false           # publish even a snapshot over output.max_deleted_fraction
       in_process_max_documents: 256  # incremental runs this small skip starting the runner
 
@@ -189,6 +190,10 @@ class RunSettings:
     """Exit non-zero when any document produced an error row."""
     reindex: bool = False
     """Chunk every document again, even those whose bytes and config are unchanged since the last snapshot."""
+    verify_content: bool = False
+    """Read and hash every listed file to decide whether it changed since the last snapshot
+    (``--verify-content``), instead of only those whose size, modification time, ETag or version moved; it
+    catches an edit that kept a file's size and modification time (see docs/reliability.md)."""
     allow_deletes: bool = False
     """Publish a snapshot that deletes more than ``output.max_deleted_fraction`` of the previous one's
     documents (``--allow-deletes``), for a corpus that really shrank."""
@@ -201,7 +206,7 @@ class RunSettings:
             raise ValueError(f"workers must be auto or a whole number from 0 to {MAX_WORKERS}, got {self.workers!r}")
         if self.workers != "auto":
             check_whole_number(self.workers, "workers", minimum=0, maximum=MAX_WORKERS)
-        for name in ("fail_on_error", "reindex"):
+        for name in ("fail_on_error", "reindex", "verify_content"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         check_whole_number(self.in_process_max_documents, "in_process_max_documents", minimum=0)
@@ -262,6 +267,7 @@ class RunConfig:
                 "workers": self.run.workers,
                 "fail_on_error": self.run.fail_on_error,
                 "reindex": self.run.reindex,
+                "verify_content": self.run.verify_content,
                 "allow_deletes": self.run.allow_deletes,
                 "in_process_max_documents": self.run.in_process_max_documents,
             },

@@ -35,6 +35,7 @@ from chunkline.dataset.merge import (
     PartWriter,
     PreviousSnapshot,
     ShardPlan,
+    carried_doc_ids,
     chunk_deletes,
     chunk_upserts,
     documents_changes,
@@ -43,7 +44,7 @@ from chunkline.dataset.merge import (
     shard_of,
     sorted_unique,
     sorted_unique_row_groups,
-    with_modified_times,
+    with_listed_metadata,
 )
 from chunkline.dataset.process_hooks import NO_PROCESS_HOOKS, ProcessHooks
 from chunkline.dataset.publish import verify_part
@@ -313,7 +314,7 @@ class MergeShard(BundleStep):
         if plan is not None and plan.rows_untouched:
             yield from self._copy_untouched(shard, plan, previous_parts)
             return
-        carried_ids = pa.array(sorted(plan.modified_times) if plan else [], pa.string())
+        carried_ids = carried_doc_ids(plan)
         # Chunks first, row group by row group (see chunkline.dataset.merge): a shard of a full rebuild holds
         # a share of the whole corpus, and the merge holds one row group of it at a time.
         counts = _ChunkCounts()
@@ -408,7 +409,7 @@ class MergeShard(BundleStep):
         previous = self._read_previous(table_name, shard, previous_parts)
         carried = previous.filter(pc.is_in(previous.column("doc_id"), carried_ids))
         if table_name == "documents" and plan is not None and carried.num_rows:
-            carried = with_modified_times(carried, plan.modified_times)
+            carried = with_listed_metadata(carried, plan.carried)
         if table_name == "documents":
             self.count_carried_documents(carried)
         merged = sorted_unique(
@@ -499,7 +500,7 @@ class MergeShard(BundleStep):
         self.count_carried_documents(documents)
         for table_name in ROW_TABLES:
             if table_name == "documents" and not plan.documents_untouched:
-                table = with_modified_times(documents, plan.modified_times)
+                table = with_listed_metadata(documents, plan.carried)
                 yield from self._write(table_name, shard, sorted_unique(table, self._schemas[table_name][1]))
                 continue
             for source in previous_parts.get(table_name, []):

@@ -330,14 +330,25 @@ def _protocols(fs) -> tuple[str, ...]:
 
 
 def read_parquet_bytes(data: bytes, schema: pa.Schema, columns: list[str] | None = None) -> pa.Table:
-    """The Parquet file ``data`` as a table of ``schema`` (or of its ``columns``).
+    """The Parquet file ``data`` as a table of ``schema`` (or of its ``columns``); a nullable column the file
+    lacks (it was written before the column was added) is all nulls.
 
     Read through ``ParquetFile`` rather than ``pq.read_table``, whose dataset machinery costs a tenth of a
     second on its first call in a process: a small incremental rebuild would pay it several times over."""
-    table = pq.ParquetFile(pa.BufferReader(data)).read(columns=columns)
+    parquet = pq.ParquetFile(pa.BufferReader(data))
     if columns is not None:
         schema = pa.schema([schema.field(name) for name in columns], metadata=schema.metadata)
-    return table.cast(schema)
+    present = set(parquet.schema_arrow.names)
+    missing = [field.name for field in schema if field.name not in present and field.nullable]
+    if not missing:
+        return parquet.read(columns=columns).cast(schema)
+    # A part written before a nullable column was added: the column reads as nulls.
+    table = parquet.read(columns=[name for name in schema.names if name in present])
+    arrays = [
+        table.column(field.name).cast(field.type) if field.name in present else pa.nulls(table.num_rows, field.type)
+        for field in schema
+    ]
+    return pa.Table.from_arrays(arrays, schema=schema)
 
 
 def parquet_bytes(table: pa.Table, row_group_rows: int, compression: str, row_group_bytes: int | None = None) -> bytes:

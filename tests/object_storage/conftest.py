@@ -385,7 +385,11 @@ def chunkline_cli(arguments: list[str], environment: Mapping[str, str], cwd: Pat
 
 #: Columns that name where a document was read (and when it changed there), which differ between a
 #: local run and a run on a store by design.
-LOCATION_COLUMNS = {"chunks": ("source_uri",), "documents": ("source_uri", "modified_time"), "errors": ("source_uri",)}
+LOCATION_COLUMNS = {
+    "chunks": ("source_uri",),
+    "documents": ("source_uri", "modified_time", "source_mtime_ns", "source_etag", "source_version"),
+    "errors": ("source_uri",),
+}
 _SORT_KEYS = {"chunks": ("chunk_id",), "documents": ("doc_id",), "errors": ("doc_id", "stage", "error_type", "message")}
 
 

@@ -96,6 +96,7 @@ def test_an_unchanged_corpus_chunks_nothing_and_every_document_is_unchanged(corp
         "reason": f"0 of {len(CORPUS)} documents to chunk, {len(CORPUS)} carried over, 0 gone",
         "documents_chunked": 0,
         "documents_carried_over": len(CORPUS),
+        "documents_read_to_compare": 0,
         "previous_snapshot": first.run_id,
     }
     assert {doc_id: row["change"] for doc_id, row in _changes(output).items()} == {

@@ -1,7 +1,7 @@
-"""A rerun's driver, around its merge, imports no pandas: the rebuild plan reads the previous snapshot's
-documents table as pyarrow would convert it, without pyarrow's own conversion of zoned timestamps, and the
-staged files are counted without Python values in pyarrow's calls (either would import pandas, which pyarrow
-does to see whether a value is a pandas one)."""
+"""A rerun's driver, around its merge, imports no pandas: the rebuild plan works on the previous snapshot's
+documents table and the listing as Arrow columns (built from their buffers, compared with Arrow scalars),
+and the staged files are counted without Python values in pyarrow's calls (any would import pandas, which
+pyarrow does to see whether a value is a pandas one)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 
 from chunkline.dataset.publish import read_dataset, read_manifest
-from chunkline.dataset.rebuild import _PLANNED_COLUMNS, _previous_rows
+from chunkline.dataset.rebuild import PLANNED_COLUMNS, _planned_columns
 
 from .conftest import CORPUS, run, write_corpus
 
@@ -29,13 +29,13 @@ DRIVER_PROBE = """
 import json, sys
 from chunkline.dataset.layout import staging_url
 from chunkline.dataset.publish import acquire_output_lock, read_dataset, read_manifest, verify_output
-from chunkline.dataset.rebuild import list_inputs, plan_rebuild, write_shard_plans
+from chunkline.dataset.rebuild import PLANNED_COLUMNS, list_inputs, plan_rebuild, write_shard_plans
 from chunkline.dataset.settings import load_run_config
 from chunkline.dataset.staged import change_counts, run_manifest_fields, staged_counts
 config = load_run_config(None, [], environ={}, inputs=[sys.argv[1]], output=sys.argv[2])
 lock = acquire_output_lock(sys.argv[2], "probe-run", {})
 state = verify_output(sys.argv[2])
-documents = read_dataset(sys.argv[2], "documents", columns=["doc_id", "source_uri", "status", "content_sha256", "modified_time"])
+documents = read_dataset(sys.argv[2], "documents", columns=list(PLANNED_COLUMNS))
 plan = plan_rebuild(config, state.manifest, documents, list_inputs(config))
 write_shard_plans(plan, config, staging_url(sys.argv[2], "probe-run"))
 published = read_manifest(sys.argv[2])["snapshot"]
@@ -58,20 +58,28 @@ def published(tmp_path):
     return corpus, output
 
 
-def test_the_previous_rows_are_those_pyarrow_converts(published):
+def test_the_plan_reads_the_previous_times_in_microseconds_and_a_missing_metadata_column_as_nulls(published):
     _, output = published
     documents = read_dataset(str(output), "documents")
-    expected = documents.select(list(_PLANNED_COLUMNS)).to_pylist()
-    assert _previous_rows(documents) == expected
-    assert all(row["modified_time"].utcoffset().total_seconds() == 0 for row in _previous_rows(documents))
+    planned = _planned_columns(documents)
+    assert planned.column_names == list(PLANNED_COLUMNS)
+    times = documents.column("modified_time").to_pylist()
+    assert [value // 1_000_000 for value in planned.column("modified_time").to_pylist()] == [
+        int(time.timestamp()) for time in times
+    ]
+    assert all(value is not None for value in planned.column("source_mtime_ns").to_pylist())
+    # A table written before the metadata columns existed: they read as nulls, the rest as before.
+    older = documents.drop_columns(["source_mtime_ns", "source_etag", "source_version"])
+    planned_older = _planned_columns(older)
+    assert planned_older.column("source_mtime_ns").null_count == documents.num_rows
+    assert planned_older.column("source_etag").null_count == documents.num_rows
+    assert planned_older.drop_columns(["source_mtime_ns"]).equals(planned.drop_columns(["source_mtime_ns"]))
     # A storage that reports no modification time leaves it null.
     position = documents.schema.get_field_index("modified_time")
-    times = documents.column("modified_time").to_pylist()
     unknown = documents.set_column(
         position, documents.schema.field(position), pa.array([None, *times[1:]], documents.schema.field(position).type)
     )
-    rows = _previous_rows(unknown)
-    assert rows[0]["modified_time"] is None and rows == unknown.select(list(_PLANNED_COLUMNS)).to_pylist()
+    assert _planned_columns(unknown).column("modified_time").to_pylist()[0] is None
 
 
 @pytest.mark.slow
