@@ -365,6 +365,42 @@ def _section_links(sections: Sequence[Section], doc_id: str) -> tuple[list[str],
     return ids, enclosing
 
 
+def _section_token_counts(
+    offsets: TokenOffsets, sections: Sequence[Section], subtree_end: list[int], length: int
+) -> list[int]:
+    """The exact token counts of the root, then of each heading's subtree, in the order of ``sections``.
+
+    A subtree is a run of the engine's sections; its count is the sum of theirs when every boundary
+    inside it is a clean cut of the encoding (:mod:`chunkline.token_offsets`), as heading lines nearly
+    always are, and is counted on its own otherwise."""
+    cuts = [section.start_char for section in sections]
+    if not cuts or cuts[0] != 0:
+        cuts.insert(0, 0)
+    cuts.append(length)
+    # Adjacent equal cuts (empty sections) count 0 and are clean.
+    clean = offsets.clean_cuts(cuts)
+    flat_counts = offsets.counts_between(cuts, clean)
+    total_before = [0]
+    unclean_before = [0]
+    for count, is_clean in zip(flat_counts, clean):
+        total_before.append(total_before[-1] + count)
+        unclean_before.append(unclean_before[-1] + (not is_clean))
+    cut_slot = {cut: slot for slot, cut in reversed(list(enumerate(cuts)))}  # the first slot of each cut
+
+    def count(start: int, end: int) -> int:
+        first, last = cut_slot[start], cut_slot[end]
+        # The cuts strictly inside (first, last) must all be clean for the counts to add up.
+        if unclean_before[last] - unclean_before[first + 1] == 0:
+            return total_before[last] - total_before[first]
+        return offsets.count(start, end)
+
+    counts = [count(0, length)]
+    for number, section in enumerate(sections):
+        if section.heading is not None:
+            counts.append(count(section.start_char, subtree_end[number]))
+    return counts
+
+
 def build_sections(
     document: MarkdownDocument,
     sections: Sequence[Section],
@@ -439,6 +475,7 @@ def build_sections(
                 lasts[number],
             )
         )
+    token_counts = _section_token_counts(offsets, sections, subtree_end, length)
     byte_at = index.byte_offsets(position for row in rows for position in (row[4], row[5]))
     if replaced_bytes:
         byte_at = _file_byte_offsets(byte_at, replaced_bytes)
@@ -446,9 +483,10 @@ def build_sections(
     front_matter_end = document.front_matter.end_char if document.front_matter is not None else 0
     title = embedding.title
     records = []
-    for ordinal, level, heading, path, start, end, parent, chunk_count, first, last in rows:
+    for (ordinal, level, heading, path, start, end, parent, chunk_count, first, last), token_count in zip(
+        rows, token_counts
+    ):
         section_text = text[start:end]
-        token_count = offsets.count(start, end)
         body_count = token_count if start >= front_matter_end else offsets.count(front_matter_end, end)
         embed_text: str | None = None
         embed_token_count: int | None = None
