@@ -297,3 +297,45 @@ def test_every_strategy_links_chunks_to_sections_on_the_large_hostile_files(stra
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_sections_of_generated_markdown(text, strategy, max_tokens):
     check_document(text, config_for(strategy, max_tokens, 0))
+
+
+# --------------------------------------------------------------------------------------------------
+# The tables' schemas
+# --------------------------------------------------------------------------------------------------
+
+
+def test_the_sections_schema_is_the_section_record_without_its_text():
+    from chunkline.schemas import SECTION_COLUMNS, SECTIONS_SCHEMA, TABLE_SCHEMAS
+
+    assert list(SECTION_COLUMNS) == [name for name in SectionRecord.__slots__ if name != "text"]
+    assert TABLE_SCHEMAS["sections"] == (SECTIONS_SCHEMA, ("doc_id", "section_ordinal"))
+    nullable = {field.name for field in SECTIONS_SCHEMA if field.nullable}
+    assert nullable == {
+        "parent_section_id",
+        "heading",
+        "first_chunk_index",
+        "last_chunk_index",
+        "embed_text",
+        "embed_token_count",
+    }
+    upserts = TABLE_SCHEMAS["changes/section_upserts"][0]
+    assert upserts.names == [*SECTION_COLUMNS, "embedding_changed"]
+    assert TABLE_SCHEMAS["changes/section_deletes"][0].names == ["doc_id", "section_id", "section_uuid"]
+    # The rows the pipeline stores convert to the schema with no cast.
+    import pyarrow as pa
+
+    from chunkline.dataset.document_rows import section_row
+
+    result = chunk_markdown_with_sections(NESTED, ChunkConfig(max_tokens=64, overlap_tokens=0), doc_id="doc.md")
+    table = pa.Table.from_pylist([section_row(section) for section in result.sections], schema=SECTIONS_SCHEMA)
+    assert table.column("heading_path").to_pylist()[3] == ["Tides", "Gauges", "Calibration"]
+
+
+def test_the_chunks_schema_gains_the_links_after_its_columns():
+    from chunkline.schemas import CHUNKS_SCHEMA
+
+    chunk_fields = list(chunkline.Chunk.__slots__)
+    assert CHUNKS_SCHEMA.names == chunk_fields
+    assert chunk_fields[-4:] == ["section_id", "prev_chunk_id", "next_chunk_id", "parent_section_ids"]
+    assert {field.name for field in CHUNKS_SCHEMA if field.nullable} >= {"prev_chunk_id", "next_chunk_id"}
+    assert not CHUNKS_SCHEMA.field("section_id").nullable
