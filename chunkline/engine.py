@@ -13,13 +13,31 @@ from chunkline.context import ChunkContext
 from chunkline.embed_text import NO_CONTEXT, EmbedText, embed_text_for, heading_paths_of
 from chunkline.encode_ahead import encode_ahead_default, parse_encoding_ahead
 from chunkline.fragments import merge_fragments
-from chunkline.record import Chunk, ChunkSpan, chunk_uuid
+from chunkline.record import (
+    ROOT_SECTION_ORDINAL,
+    Chunk,
+    ChunkedDocument,
+    ChunkSpan,
+    SectionRecord,
+    chunk_uuid,
+    section_id_of,
+)
 from chunkline.registry import Strategy, get_strategy
 from chunkline.structure import MarkdownDocument, Section, section_paths, sections_by_pattern
 from chunkline.token_offsets import TokenOffsets
 from chunkline.tokenizers import TokenCounter, counter_for
 
-__all__ = ["CHUNKING_VERSION", "chunk_markdown", "chunk_document", "reconstruct", "ReconstructionError", "span_budget"]
+__all__ = [
+    "CHUNKING_VERSION",
+    "build_sections",
+    "chunk_document",
+    "chunk_document_with_sections",
+    "chunk_markdown",
+    "chunk_markdown_with_sections",
+    "reconstruct",
+    "ReconstructionError",
+    "span_budget",
+]
 
 #: Raised whenever the same bytes and config would give different chunks than before, so that incremental
 #: rebuilds know that chunks made by an older chunkline cannot be reused.
@@ -55,6 +73,55 @@ def chunk_markdown(
     return chunk_document(document, config, counter, doc_id=doc_id, source_uri=source_uri, offsets=offsets)
 
 
+def chunk_markdown_with_sections(
+    text: str,
+    config: ChunkConfig | None = None,
+    *,
+    doc_id: str = "",
+    source_uri: str = "",
+    encode_ahead: bool | None = None,
+) -> ChunkedDocument:
+    """:func:`chunk_markdown`'s chunks (the same list) and the document's sections: one
+    :class:`~chunkline.record.SectionRecord` for the document root, then one per heading subtree, from the
+    structure the chunks were made from (the document is parsed once)."""
+    config = config or ChunkConfig()
+    counter = counter_for(config)
+    if encode_ahead is None:
+        encode_ahead = encode_ahead_default()
+    document, offsets = parse_encoding_ahead(text, config.parser, counter, encode_ahead)
+    return chunk_document_with_sections(
+        document, config, counter, doc_id=doc_id, source_uri=source_uri, offsets=offsets
+    )
+
+
+def chunk_document_with_sections(
+    document: MarkdownDocument,
+    config: ChunkConfig,
+    counter: TokenCounter,
+    *,
+    doc_id: str = "",
+    source_uri: str = "",
+    replaced_bytes: Sequence[tuple[int, int]] = (),
+    offsets: TokenOffsets | None = None,
+) -> ChunkedDocument:
+    """:func:`chunk_document`'s chunks and the document's sections (see
+    :func:`chunk_markdown_with_sections`), for an already parsed document."""
+    chunks, sections, embedding = _chunked(
+        document, config, counter, doc_id=doc_id, source_uri=source_uri, replaced_bytes=replaced_bytes, offsets=offsets
+    )
+    records = build_sections(
+        document,
+        sections,
+        chunks,
+        counter,
+        doc_id=doc_id,
+        source_uri=source_uri,
+        replaced_bytes=replaced_bytes,
+        embedding=embedding,
+    )
+    return ChunkedDocument(chunks, records)
+
+
 def chunk_document(
     document: MarkdownDocument,
     config: ChunkConfig,
@@ -72,6 +139,22 @@ def chunk_document(
     byte_length)`` for each U+FFFD that stands for invalid bytes of the file, so that byte offsets still
     point into the file's bytes. ``offsets``, the token offsets of the whole text when they were encoded
     beforehand (:mod:`chunkline.encode_ahead`), saves encoding the text again; the chunks are the same."""
+    return _chunked(
+        document, config, counter, doc_id=doc_id, source_uri=source_uri, replaced_bytes=replaced_bytes, offsets=offsets
+    )[0]
+
+
+def _chunked(
+    document: MarkdownDocument,
+    config: ChunkConfig,
+    counter: TokenCounter,
+    *,
+    doc_id: str,
+    source_uri: str,
+    replaced_bytes: Sequence[tuple[int, int]],
+    offsets: TokenOffsets | None,
+) -> tuple[list[Chunk], tuple[Section, ...], EmbedText]:
+    """The chunks, the sections they were placed in, and what made their ``embed_text``."""
     strategy = get_strategy(config.strategy)
     sections = sections_by_pattern(document, config.section_pattern) if config.section_pattern else None
     embedding, reserve = _embedding_and_reserve(document, config, counter, strategy, sections, doc_id, offsets)
@@ -83,7 +166,9 @@ def chunk_document(
         spans = merge_fragments(context, spans, config.effective_min_tokens, sections, strategy.size_target)
     if embedding.offsets is None:
         embedding.offsets = vars(context).get("offsets")  # the strategy's, when it encoded them
-    return build_chunks(
+    if sections is None:
+        sections = document.sections
+    chunks = build_chunks(
         document,
         spans,
         config.strategy,
@@ -94,6 +179,7 @@ def chunk_document(
         sections=sections,
         embedding=embedding,
     )
+    return chunks, sections, embedding
 
 
 def span_budget(
@@ -190,6 +276,7 @@ def build_chunks(
     title = embedding.title
     section_starts = [section.start_char for section in sections]
     paths = section_paths(sections)
+    section_ids, parent_section_ids = _section_links(sections, doc_id)
     length = len(text)
     starts, ends, texts, heading_paths, token_counts, section_indexes = [], [], [], [], [], []
     for span in spans:
@@ -205,13 +292,16 @@ def build_chunks(
         heading_paths.append(paths[section_index] if span.heading_path is None else tuple(span.heading_path))
         token_counts.append(span.token_count if span.token_count is not None else counter.count(chunk_text))
     embedded = embedding.embed_many(starts, ends, heading_paths, token_counts, texts)
+    chunk_ids = [f"{doc_id}#{chunk_index}" for chunk_index in range(len(spans))]
+    last_index = len(spans) - 1
     chunks = []
     for chunk_index, span in enumerate(spans):
         start, end, chunk_text = starts[chunk_index], ends[chunk_index], texts[chunk_index]
         start_line, start_column = index.line_column(start)
         end_line, end_column = index.line_column(end - 1) if end > start else (start_line, start_column)
-        chunk_id = f"{doc_id}#{chunk_index}"
+        chunk_id = chunk_ids[chunk_index]
         embed_text, embed_token_count = embedded[chunk_index]
+        section_index = section_indexes[chunk_index]
         # Positional arguments, in the order of Chunk's fields: half the cost of keywords per chunk.
         chunks.append(
             Chunk(
@@ -230,7 +320,7 @@ def build_chunks(
                 end_line,
                 end_column,
                 heading_paths[chunk_index],
-                section_indexes[chunk_index],
+                section_index,
                 token_counts[chunk_index],
                 end - start,
                 span.is_sub_split,
@@ -239,9 +329,213 @@ def build_chunks(
                 title,
                 embed_text,
                 embed_token_count,
+                section_ids[section_index],
+                chunk_ids[chunk_index - 1] if chunk_index else None,
+                chunk_ids[chunk_index + 1] if chunk_index < last_index else None,
+                parent_section_ids[section_index],
             )
         )
     return chunks
+
+
+def _section_ordinals(sections: Sequence[Section]) -> list[int]:
+    """Each of the engine's sections' ordinal in the ``sections`` table: the preamble is the document root
+    (0), and the headings are numbered 1, 2, ... in document order."""
+    first_heading = 1 if sections and sections[0].heading is None else 0
+    return [
+        ROOT_SECTION_ORDINAL if section.heading is None else number - first_heading + 1
+        for number, section in enumerate(sections)
+    ]
+
+
+def _section_links(sections: Sequence[Section], doc_id: str) -> tuple[list[str], list[tuple[str, ...]]]:
+    """For each of the engine's sections: its ``section_id`` (the root's for the preamble), and the ids of
+    the sections enclosing it, outermost first (the root, then the headings above it)."""
+    root_id = section_id_of(doc_id, ROOT_SECTION_ORDINAL)
+    ids: list[str] = []
+    enclosing: list[tuple[str, ...]] = []
+    for section, ordinal in zip(sections, _section_ordinals(sections)):
+        if section.heading is None:
+            ids.append(root_id)
+            enclosing.append(())
+            continue
+        ids.append(section_id_of(doc_id, ordinal))
+        parent = section.parent
+        enclosing.append((root_id,) if parent is None else (*enclosing[parent], ids[parent]))
+    return ids, enclosing
+
+
+def _section_token_counts(
+    offsets: TokenOffsets, sections: Sequence[Section], subtree_end: list[int], length: int
+) -> list[int]:
+    """The exact token counts of the root, then of each heading's subtree, in the order of ``sections``.
+
+    A subtree is a run of the engine's sections; its count is the sum of theirs when every boundary
+    inside it is a clean cut of the encoding (:mod:`chunkline.token_offsets`), as heading lines nearly
+    always are, and is counted on its own otherwise."""
+    cuts = [section.start_char for section in sections]
+    if not cuts or cuts[0] != 0:
+        cuts.insert(0, 0)
+    cuts.append(length)
+    # Adjacent equal cuts (empty sections) count 0 and are clean.
+    clean = offsets.clean_cuts(cuts)
+    flat_counts = offsets.counts_between(cuts, clean)
+    total_before = [0]
+    unclean_before = [0]
+    for count, is_clean in zip(flat_counts, clean):
+        total_before.append(total_before[-1] + count)
+        unclean_before.append(unclean_before[-1] + (not is_clean))
+    cut_slot = {cut: slot for slot, cut in reversed(list(enumerate(cuts)))}  # the first slot of each cut
+
+    def count(start: int, end: int) -> int:
+        first, last = cut_slot[start], cut_slot[end]
+        # The cuts strictly inside (first, last) must all be clean for the counts to add up.
+        if unclean_before[last] - unclean_before[first + 1] == 0:
+            return total_before[last] - total_before[first]
+        return offsets.count(start, end)
+
+    counts = [count(0, length)]
+    for number, section in enumerate(sections):
+        if section.heading is not None:
+            counts.append(count(section.start_char, subtree_end[number]))
+    return counts
+
+
+def build_sections(
+    document: MarkdownDocument,
+    sections: Sequence[Section],
+    chunks: Sequence[Chunk],
+    counter: TokenCounter,
+    *,
+    doc_id: str = "",
+    source_uri: str = "",
+    replaced_bytes: Sequence[tuple[int, int]] = (),
+    embedding: EmbedText | None = None,
+) -> tuple[SectionRecord, ...]:
+    """The ``sections`` rows of a document: its root, then one per heading subtree, from ``sections`` (the
+    engine's sections the ``chunks`` were placed in: each chunk's ``section_index`` is an index into them).
+
+    Nothing is parsed again. Token counts come from the document's token offsets (one encoding of the
+    whole text, the chunking's own when it made one), exact at the section boundaries; ``embedding`` (the
+    chunks' own) makes each section's ``embed_text`` when it fits its ``max_tokens``."""
+    text = document.text
+    index = document.index
+    length = len(text)
+    if embedding is None:
+        embedding = EmbedText(document, counter, None, NO_CONTEXT)
+    offsets = embedding.offsets
+    if offsets is None:
+        offsets = embedding.offsets = TokenOffsets(text, 0, length, counter)
+    # The heading sections' subtrees: from the heading to the next heading of the same or a higher level.
+    subtree_end = [length] * len(sections)
+    open_sections: list[int] = []
+    for number, section in enumerate(sections):
+        if section.heading is None:
+            continue
+        while open_sections and sections[open_sections[-1]].level >= section.level:
+            subtree_end[open_sections.pop()] = section.start_char
+        open_sections.append(number)
+    ordinals = _section_ordinals(sections)
+    paths = section_paths(tuple(sections))
+    # Each chunk counts in the section it starts in, and every section enclosing that one: counted per
+    # section, then added up the tree (a child comes after its parent in document order).
+    counts = [0] * len(sections)
+    firsts: list[int | None] = [None] * len(sections)
+    lasts: list[int | None] = [None] * len(sections)
+    for chunk in chunks:
+        number, chunk_index = chunk.section_index, chunk.chunk_index
+        counts[number] += 1
+        first = firsts[number]
+        if first is None or chunk_index < first:
+            firsts[number] = chunk_index
+        last = lasts[number]
+        if last is None or chunk_index > last:
+            lasts[number] = chunk_index
+    for number in range(len(sections) - 1, -1, -1):
+        parent = sections[number].parent
+        if parent is None or not counts[number]:
+            continue
+        counts[parent] += counts[number]
+        if firsts[parent] is None or firsts[number] < firsts[parent]:
+            firsts[parent] = firsts[number]
+        if lasts[parent] is None or lasts[number] > lasts[parent]:
+            lasts[parent] = lasts[number]
+    chunk_indexes = [chunk.chunk_index for chunk in chunks]
+    root_count = len(chunks)
+    root_first = min(chunk_indexes) if chunk_indexes else None
+    root_last = max(chunk_indexes) if chunk_indexes else None
+    # (ordinal, level, heading, heading path, start, end, parent ordinal, chunk count, first, last)
+    rows = [(ROOT_SECTION_ORDINAL, 0, None, (), 0, length, None, root_count, root_first, root_last)]
+    for number, section in enumerate(sections):
+        if section.heading is None:
+            continue
+        parent = ROOT_SECTION_ORDINAL if section.parent is None else ordinals[section.parent]
+        rows.append(
+            (
+                ordinals[number],
+                section.level,
+                section.heading,
+                paths[number],
+                section.start_char,
+                subtree_end[number],
+                parent,
+                counts[number],
+                firsts[number],
+                lasts[number],
+            )
+        )
+    token_counts = _section_token_counts(offsets, sections, subtree_end, length)
+    byte_at = index.byte_offsets(position for row in rows for position in (row[4], row[5]))
+    if replaced_bytes:
+        byte_at = _file_byte_offsets(byte_at, replaced_bytes)
+    max_tokens = embedding.max_tokens
+    front_matter_end = document.front_matter.end_char if document.front_matter is not None else 0
+    title = embedding.title
+    line_starts = index.line_starts
+    records = []
+    for (ordinal, level, heading, path, start, end, parent, chunk_count, first, last), token_count in zip(
+        rows, token_counts
+    ):
+        section_text = text[start:end]
+        body_count = token_count if start >= front_matter_end else offsets.count(front_matter_end, end)
+        embed_text: str | None = None
+        embed_token_count: int | None = None
+        if max_tokens is None or body_count <= max_tokens:
+            embed_text, embed_token_count = embedding.embed(start, end, path, token_count, section_text)
+            if max_tokens is not None and embed_token_count > max_tokens:
+                embed_text = embed_token_count = None
+        section_id = section_id_of(doc_id, ordinal)
+        start_line = bisect_right(line_starts, start)
+        records.append(
+            SectionRecord(
+                section_id,
+                chunk_uuid(section_id),
+                None if parent is None else section_id_of(doc_id, parent),
+                doc_id,
+                source_uri,
+                ordinal,
+                level,
+                heading,
+                path,
+                section_text,
+                start,
+                end,
+                byte_at[start],
+                byte_at[end],
+                start_line,
+                bisect_right(line_starts, end - 1) if end > start else start_line,
+                token_count,
+                end - start,
+                chunk_count,
+                first,
+                last,
+                title,
+                embed_text,
+                embed_token_count,
+                hashlib.sha256(section_text.encode("utf-8", "surrogatepass")).hexdigest(),
+            )
+        )
+    return tuple(records)
 
 
 def _file_byte_offsets(byte_at: dict[int, int], replaced_bytes: Sequence[tuple[int, int]]) -> dict[int, int]:

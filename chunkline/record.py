@@ -6,7 +6,16 @@ import hashlib
 import uuid
 from dataclasses import dataclass
 
-__all__ = ["Chunk", "ChunkSpan", "CHUNK_UUID_NAMESPACE", "chunk_uuid"]
+__all__ = [
+    "Chunk",
+    "ChunkSpan",
+    "ChunkedDocument",
+    "CHUNK_UUID_NAMESPACE",
+    "ROOT_SECTION_ORDINAL",
+    "SectionRecord",
+    "chunk_uuid",
+    "section_id_of",
+]
 
 #: Namespace of ``chunk_uuid``: ``uuid5(CHUNK_UUID_NAMESPACE, chunk_id)``.
 CHUNK_UUID_NAMESPACE = uuid.UUID("5b0f7a52-3c1e-5d4b-9a61-6c68756e6b6c")
@@ -95,9 +104,114 @@ class Chunk:
     matter."""
     embed_token_count: int = 0
     """Exact number of tokens of ``embed_text`` in the configured tokenizer; at most ``max_tokens``."""
+    section_id: str = ""
+    """``section_id`` of the innermost section the chunk starts in (a row of the ``sections`` table): the
+    heading section holding ``start_char``, or the document root (``<doc_id>#s0``) before the first
+    heading and in a document without headings."""
+    prev_chunk_id: str | None = None
+    """``chunk_id`` of the document's previous chunk; ``None`` for the first."""
+    next_chunk_id: str | None = None
+    """``chunk_id`` of the document's next chunk; ``None`` for the last."""
+    parent_section_ids: tuple[str, ...] = ()
+    """``section_id`` of each section enclosing the chunk's section, outermost first: the root first, the
+    chunk's own ``section_id`` not included (empty for a chunk in the root itself)."""
 
     def to_dict(self) -> dict:
-        """The chunk as a plain dict, ``heading_path`` as a list."""
+        """The chunk as a plain dict, ``heading_path`` and ``parent_section_ids`` as lists."""
+        row = {name: getattr(self, name) for name in self.__slots__}
+        row["heading_path"] = list(self.heading_path)
+        row["parent_section_ids"] = list(self.parent_section_ids)
+        return row
+
+
+#: The ordinal of a document's root section: its id is ``<doc_id>#s0``.
+ROOT_SECTION_ORDINAL = 0
+
+
+def section_id_of(doc_id: str, ordinal: int) -> str:
+    """The ``section_id`` of a document's section: ``<doc_id>#s<ordinal>``, where the root is ordinal 0 and
+    the headings are 1, 2, ... in document order."""
+    return f"{doc_id}#s{ordinal}"
+
+
+@dataclass(frozen=True, slots=True)
+class SectionRecord:
+    """One section of one document: the whole document (its root), or a heading's subtree. Field names are
+    the ``sections`` table's columns.
+
+    A heading's subtree runs from its heading line to the next heading of the same or a higher level (a
+    smaller number), or to the end of the document; it holds its subsections. When only whitespace comes
+    before a document's first heading, that heading's section starts at the document's start (as the
+    engine's sections do, so that each chunk's ``section_id``, ``section_index`` and ``heading_path`` agree).
+    """
+
+    section_id: str
+    """``<doc_id>#s<ordinal>``: ``#s0`` for the document root, then ``#s1``, ``#s2``, ... for the headings in
+    document order. Deterministic: same bytes and config, same ids."""
+    section_uuid: str
+    """UUIDv5 of ``section_id`` (the namespace of ``chunk_uuid``), for stores whose ids must be UUIDs."""
+    parent_section_id: str | None
+    """``section_id`` of the enclosing section (the root for a top-level heading); ``None`` for the root."""
+    doc_id: str
+    """The document's POSIX path relative to the input root."""
+    source_uri: str
+    """Where the document was read from."""
+    section_ordinal: int
+    """0 for the root, then 1, 2, ... for the headings in document order (the number in ``section_id``)."""
+    level: int
+    """The heading's level (1..6; a custom ``section_pattern``'s level indicator); 0 for the root."""
+    heading: str | None
+    """The heading's text; ``None`` for the root."""
+    heading_path: tuple[str, ...]
+    """Texts of the headings from the outermost down to this one; empty for the root."""
+    text: str
+    """The verbatim slice ``document[start_char:end_char]``."""
+    start_char: int
+    """Offset of the section's first character (of its heading line; 0 for the root)."""
+    end_char: int
+    """Offset just past the section's last character (half-open): where the next heading of the same or a
+    higher level starts, else the document's length."""
+    start_byte: int
+    """``start_char`` in bytes of the document's file."""
+    end_byte: int
+    """``end_char`` in bytes of the document's file."""
+    start_line: int
+    """1-based line of the first character."""
+    end_line: int
+    """1-based line of the last character (of the first, for an empty section)."""
+    token_count: int
+    """Exact number of tokens of ``text`` in the configured tokenizer."""
+    char_count: int
+    """Number of characters of ``text``."""
+    chunk_count: int
+    """Number of chunks that start inside the section (in ``[start_char, end_char)``, or at its end when
+    that is the end of the document), its subsections' included."""
+    first_chunk_index: int | None
+    """Smallest ``chunk_index`` of those chunks; ``None`` when there are none."""
+    last_chunk_index: int | None
+    """Largest ``chunk_index`` of those chunks; ``None`` when there are none."""
+    title: str
+    """The document's title, as on its chunks."""
+    embed_text: str | None
+    """The section as a chunk's ``embed_text`` would be (context line of title and heading path, then the
+    text without front matter, built by the same code), when that fits ``max_tokens``; else ``None``."""
+    embed_token_count: int | None
+    """Exact number of tokens of ``embed_text``; ``None`` when ``embed_text`` is."""
+    content_sha256: str
+    """SHA-256 of ``text`` in UTF-8, hex."""
+
+    def to_dict(self) -> dict:
+        """The section as a plain dict, ``heading_path`` as a list."""
         row = {name: getattr(self, name) for name in self.__slots__}
         row["heading_path"] = list(self.heading_path)
         return row
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkedDocument:
+    """A document's chunks and its sections (:func:`chunkline.chunk_markdown_with_sections`)."""
+
+    chunks: list[Chunk]
+    """The chunks, as :func:`chunkline.chunk_markdown` returns them."""
+    sections: tuple[SectionRecord, ...]
+    """The root first, then one per heading in document order (``section_ordinal`` 0, 1, 2, ...)."""

@@ -299,8 +299,26 @@ class TokenOffsets:
                 return position
         return None
 
-    def counts_between(self, cuts: list[int]) -> list[int]:
-        """Exact token counts of ``text[cuts[i]:cuts[i+1]]`` for ascending ``cuts`` inside the range."""
+    def clean_cuts(self, positions: list[int]) -> list[bool]:
+        """Whether each of ``positions`` (ascending, inside the range) is a clean cut: a slice that ends or
+        starts there counts exactly as the offsets say, and the counts of two slices that meet there add
+        up to the count of the two together."""
+        if not self.exact_estimates:
+            return [position == self.start or position == self.end for position in positions]
+        ends = self._end_chars
+        if len(ends) == 0:
+            return [position == self.start or position == self.end for position in positions]
+        array = np.asarray(positions, dtype=np.int64)
+        slots = ends.searchsorted(array)
+        is_token_end = (slots < len(ends)) & (ends[np.minimum(slots, len(ends) - 1)] == array)
+        return [
+            position == self.start or position == self.end or (at_token_end and self._clean_around(position))
+            for position, at_token_end in zip(positions, is_token_end.tolist())
+        ]
+
+    def counts_between(self, cuts: list[int], clean: list[bool] | None = None) -> list[int]:
+        """Exact token counts of ``text[cuts[i]:cuts[i+1]]`` for ascending ``cuts`` inside the range
+        (``clean``: their :meth:`clean_cuts`, when known)."""
         if len(cuts) < 2:
             return []
         if not self.exact_estimates:
@@ -308,14 +326,9 @@ class TokenOffsets:
         ends = self._end_chars
         if len(ends) == 0:
             return [0] * (len(cuts) - 1)
-        positions = np.asarray(cuts, dtype=np.int64)
-        before = ends.searchsorted(positions, side="right")
-        slots = ends.searchsorted(positions)
-        is_token_end = (slots < len(ends)) & (ends[np.minimum(slots, len(ends) - 1)] == positions)
-        clean = [
-            position == self.start or position == self.end or (at_token_end and self._clean_around(position))
-            for position, at_token_end in zip(cuts, is_token_end.tolist())
-        ]
+        before = ends.searchsorted(np.asarray(cuts, dtype=np.int64), side="right")
+        if clean is None:
+            clean = self.clean_cuts(cuts)
         before_list = before.tolist()
         if cuts[0] == self.start:
             before_list[0] = 0

@@ -73,6 +73,24 @@ def _describe_snapshots(url: str, manifest: dict[str, Any], storage_options: dic
     return [f"snapshots kept: {', '.join(marked)}"]
 
 
+def _describe_sections(sections: Any) -> list[str]:
+    """How many sections there are, at which heading levels, and how many fit ``max_tokens`` to embed."""
+    if not sections.num_rows:
+        return []
+    documents = len(pc.unique(sections.column("doc_id")))
+    levels = pc.value_counts(sections.column("level")).to_pylist()
+    by_level = ", ".join(
+        f"{'root' if item['values'] == 0 else 'h' + str(item['values'])} {item['counts']:,}"
+        for item in sorted(levels, key=lambda item: item["values"])
+    )
+    embeddable = sections.num_rows - sections.column("embed_token_count").null_count
+    return [
+        "",
+        f"sections: {sections.num_rows:,} ({by_level}), {sections.num_rows / documents:.1f} per document; "
+        f"{embeddable:,} fit max_tokens with their context (embed_text)",
+    ]
+
+
 def describe_dataset(
     url: str, *, error_rows: int = 10, storage_options: dict[str, Any] | None = None, snapshot: str | None = None
 ) -> str:
@@ -99,7 +117,7 @@ def describe_dataset(
         "tables:",
     ]
     for table, entry in sorted(manifest["tables"].items(), key=lambda item: _table_order(item[0])):
-        lines.append(f"  {table:<17} {entry['rows']:>10,} rows in {len(entry['files'])} file(s)")
+        lines.append(f"  {table:<23} {entry['rows']:>10,} rows in {len(entry['files'])} file(s)")
     lines += ["", *_describe_rebuild(manifest), *_describe_snapshots(url, manifest, storage_options)]
     statuses = documents.column("status").to_pylist()
     lines += [
@@ -121,6 +139,8 @@ def describe_dataset(
         for low, high, count in histogram:
             bar = "#" * round(_BAR_WIDTH * count / largest) if largest else ""
             lines.append(f"  {low:>6}-{high:<6} {count:>8,} {bar}")
+    if "sections" in manifest["tables"]:
+        lines += _describe_sections(read("sections", ["doc_id", "level", "embed_token_count"]))
     if errors.num_rows:
         lines += ["", f"errors: {errors.num_rows}"]
         for row in errors.slice(0, error_rows).to_pylist():

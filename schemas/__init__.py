@@ -14,6 +14,8 @@ from chunkline.schemas.changes import (
     CHUNK_DELETES_SCHEMA,
     CHUNK_UPSERTS_SCHEMA,
     EMBEDDING_CHANGED_FIELD,
+    SECTION_DELETES_SCHEMA,
+    SECTION_UPSERTS_SCHEMA,
     upserts_schema,
 )
 from chunkline.schemas.chunks import (
@@ -27,15 +29,19 @@ from chunkline.schemas.chunks import (
 )
 from chunkline.schemas.documents import DOCUMENT_STATUSES, DOCUMENTS_SCHEMA
 from chunkline.schemas.errors import ERROR_STAGES, ERRORS_SCHEMA
+from chunkline.schemas.sections import SECTION_COLUMNS, SECTIONS_SCHEMA
 
 #: table name -> (schema, sort and uniqueness key)
 TABLE_SCHEMAS = {
     "chunks": (CHUNKS_SCHEMA, ("doc_id", "chunk_index")),
     "documents": (DOCUMENTS_SCHEMA, ("doc_id", "source_uri")),
     "errors": (ERRORS_SCHEMA, ("doc_id", "source_uri", "stage", "error_type", "message")),
+    "sections": (SECTIONS_SCHEMA, ("doc_id", "section_ordinal")),
     "changes/documents": (CHANGED_DOCUMENTS_SCHEMA, ("doc_id",)),
     "changes/upserts": (CHUNK_UPSERTS_SCHEMA, ("doc_id", "chunk_index")),
     "changes/deletes": (CHUNK_DELETES_SCHEMA, ("doc_id", "chunk_id")),
+    "changes/section_upserts": (SECTION_UPSERTS_SCHEMA, ("doc_id", "section_ordinal")),
+    "changes/section_deletes": (SECTION_DELETES_SCHEMA, ("doc_id", "section_id")),
 }
 
 #: The tables whose columns include the promoted front-matter keys (``output.front_matter_columns``).
@@ -57,8 +63,14 @@ def table_schemas(
 
 
 #: The tables the chunker's rows fill; the ``changes/`` tables are derived from them and the previous snapshot.
-ROW_TABLES = ("chunks", "documents", "errors")
-CHANGE_TABLES = ("changes/documents", "changes/upserts", "changes/deletes")
+ROW_TABLES = ("chunks", "documents", "errors", "sections")
+CHANGE_TABLES = (
+    "changes/documents",
+    "changes/upserts",
+    "changes/deletes",
+    "changes/section_upserts",
+    "changes/section_deletes",
+)
 
 __all__ = [
     "CHANGE_KINDS",
@@ -67,6 +79,10 @@ __all__ = [
     "CHUNK_DELETES_SCHEMA",
     "CHUNK_UPSERTS_SCHEMA",
     "ROW_TABLES",
+    "SECTION_COLUMNS",
+    "SECTION_DELETES_SCHEMA",
+    "SECTION_UPSERTS_SCHEMA",
+    "SECTIONS_SCHEMA",
     "CHUNKS_SCHEMA",
     "DEFAULT_FRONT_MATTER_MAX_VALUE_BYTES",
     "FRONT_MATTER_TABLES",

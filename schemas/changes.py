@@ -10,9 +10,12 @@ A vector-store loader applies a snapshot's delta instead of reloading the corpus
   ``embed_text`` is what it was (a front-matter edit that shifts every offset of a document): a loader keeps
   the stored vector and rewrites the payload, and embeds only the rows where it is true;
 - ``changes/deletes``: the chunks of the previous snapshot that are gone (their ``chunk_id`` and
-  ``chunk_uuid``).
+  ``chunk_uuid``);
+- ``changes/section_upserts`` and ``changes/section_deletes``: the same for the ``sections`` table, keyed
+  by ``section_uuid`` (``embedding_changed`` compares the sections' ``embed_text``), so that a store of
+  sections syncs as a store of chunks does.
 
-Upserting by ``chunk_uuid`` and deleting by ``chunk_uuid`` are idempotent: applying a delta twice changes
+Upserting and deleting by ``chunk_uuid`` (``section_uuid``) are idempotent: applying a delta twice changes
 nothing. On the first snapshot of an output every document is ``added`` and every chunk an upsert.
 """
 
@@ -21,6 +24,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from chunkline.schemas.chunks import CHUNKS_SCHEMA, SCHEMA_VERSION, field
+from chunkline.schemas.sections import SECTIONS_SCHEMA
 
 __all__ = [
     "CHANGE_KINDS",
@@ -28,6 +32,9 @@ __all__ = [
     "CHUNK_DELETES_SCHEMA",
     "CHUNK_UPSERTS_SCHEMA",
     "EMBEDDING_CHANGED_FIELD",
+    "SECTION_DELETES_SCHEMA",
+    "SECTION_EMBEDDING_CHANGED_FIELD",
+    "SECTION_UPSERTS_SCHEMA",
     "upserts_schema",
 ]
 
@@ -102,5 +109,41 @@ CHUNK_DELETES_SCHEMA = pa.schema(
         "chunkline.table": "changes/deletes",
         "chunkline.schema_version": SCHEMA_VERSION,
         "description": "The chunks of the previous snapshot that are gone: delete them by chunk_uuid (or chunk_id).",
+    },
+)
+
+SECTION_EMBEDDING_CHANGED_FIELD = field(
+    "embedding_changed",
+    pa.bool_(),
+    "True when what gets embedded changed: the section is new (no row of the previous snapshot has its "
+    "section_uuid) or its embed_text differs from that row's (null included). False when only positions, "
+    "counts or other columns moved.",
+)
+
+SECTION_UPSERTS_SCHEMA = SECTIONS_SCHEMA.append(SECTION_EMBEDDING_CHANGED_FIELD).with_metadata(
+    {
+        "chunkline.table": "changes/section_upserts",
+        "chunkline.schema_version": SCHEMA_VERSION,
+        "description": (
+            "The section rows to insert or overwrite since the previous snapshot (columns of sections), keyed "
+            "by section_uuid, each saying whether its embedding must be computed again (embedding_changed)."
+        ),
+    }
+)
+
+SECTION_DELETES_SCHEMA = pa.schema(
+    [
+        field("doc_id", pa.string(), "POSIX path of the document the section belonged to."),
+        field(
+            "section_id",
+            pa.string(),
+            "Id of the section to delete: <doc_id>#s<section_ordinal> in the previous snapshot.",
+        ),
+        field("section_uuid", pa.string(), "UUIDv5 of section_id: the point id to delete in stores keyed by UUID."),
+    ],
+    metadata={
+        "chunkline.table": "changes/section_deletes",
+        "chunkline.schema_version": SCHEMA_VERSION,
+        "description": "The sections of the previous snapshot that are gone: delete them by section_uuid (or section_id).",
     },
 )

@@ -27,7 +27,7 @@ __all__ = [
 ]
 
 #: Bumped when a column is added or its meaning changes.
-SCHEMA_VERSION = "3"
+SCHEMA_VERSION = "4"
 
 
 def field(name: str, arrow_type: pa.DataType, description: str, nullable: bool = False) -> pa.Field:
@@ -85,13 +85,37 @@ CHUNKS_SCHEMA = pa.schema(
             "Exact number of tokens of embed_text in the configured tokenizer; never over max_tokens (unless "
             "token_count is, for a strategy's one atomic unit).",
         ),
+        field(
+            "section_id",
+            pa.string(),
+            "section_id (in the sections table) of the innermost section the chunk starts in: the heading "
+            "subtree holding start_char, or the document root <doc_id>#s0 before the first heading.",
+        ),
+        field(
+            "prev_chunk_id",
+            pa.string(),
+            "chunk_id of the document's previous chunk (chunk_index - 1); null for its first chunk.",
+            nullable=True,
+        ),
+        field(
+            "next_chunk_id",
+            pa.string(),
+            "chunk_id of the document's next chunk (chunk_index + 1); null for its last chunk.",
+            nullable=True,
+        ),
+        field(
+            "parent_section_ids",
+            pa.list_(pa.string()),
+            "section_id of each section enclosing section_id, outermost first: the root, then the headings "
+            "above; section_id itself not included (empty for a chunk in the root).",
+        ),
     ],
     metadata={
         "chunkline.table": "chunks",
         "chunkline.schema_version": SCHEMA_VERSION,
         "description": (
             "One row per chunk: its text, exact positions in the source document, heading path and token "
-            "count, and the text to embed."
+            "count, the text to embed, the section it starts in and its neighbours."
         ),
     },
 )

@@ -126,6 +126,7 @@ CHUNK_COLUMNS_IN_METADATA = (
     "content_sha256",
     "title",
     "embed_token_count",
+    "section_id",
 )
 
 

@@ -71,7 +71,7 @@ def test_a_leaf_loads_no_engine_and_every_public_name_still_loads():
     )
     result = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["[]", "25"]
+    assert result.stdout.split() == ["[]", "29"]
 
 
 if __name__ == "__main__":

@@ -76,6 +76,10 @@ def chunk_row(doc_id: str, chunk_index: int, text: str, heading: str = "Intro") 
         "title": doc_id.upper(),
         "embed_text": embed_text,
         "embed_token_count": len(embed_text.split()),
+        "section_id": f"{doc_id}#s{chunk_index // 2}",
+        "prev_chunk_id": f"{doc_id}#{chunk_index - 1}" if chunk_index else None,
+        "next_chunk_id": f"{doc_id}#{chunk_index + 1}",
+        "parent_section_ids": [f"{doc_id}#s0"] if chunk_index // 2 else [],
     }
 
 

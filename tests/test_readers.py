@@ -105,13 +105,22 @@ def expected_duckdb_type(arrow_type: pa.DataType) -> str:
 
 
 def check_pandas_column(
-    series: pd.Series, arrow_type: pa.DataType, *, lists: tuple[type, ...] = (list, np.ndarray)
+    series: pd.Series,
+    arrow_type: pa.DataType,
+    *,
+    lists: tuple[type, ...] = (list, np.ndarray),
+    nullable: bool = False,
 ) -> None:
-    """``series`` holds ``arrow_type`` without a cast (no float for an int, no object for a timestamp)."""
+    """``series`` holds ``arrow_type`` without a cast (no float for an int, no object for a timestamp); a
+    nullable integer column that holds a null reads as ``float64`` of whole numbers, as the data dictionary
+    says."""
     values = [
         value for value in series.tolist() if value is not None and not (isinstance(value, float) and np.isnan(value))
     ]
-    if pa.types.is_integer(arrow_type):
+    if pa.types.is_integer(arrow_type) and nullable and series.isna().any():
+        assert series.dtype == np.dtype("float64"), (series.name, series.dtype)
+        assert all(float(value).is_integer() for value in values), series.name
+    elif pa.types.is_integer(arrow_type):
         assert series.dtype == np.dtype(arrow_type.to_pandas_dtype()), (series.name, series.dtype)
     elif pa.types.is_boolean(arrow_type):
         assert series.dtype == np.dtype(bool), (series.name, series.dtype)
@@ -135,7 +144,7 @@ def check_pandas_frame(frame: pd.DataFrame, table: str, **options) -> None:
     schema = TABLE_SCHEMAS[table][0]
     assert list(frame.columns) == schema.names, table
     for field in schema:
-        check_pandas_column(frame[field.name], field.type, **options)
+        check_pandas_column(frame[field.name], field.type, nullable=field.nullable, **options)
 
 
 def check_arrow_schema(found: pa.Schema, table: str) -> None:

@@ -19,9 +19,9 @@ Three transforms make the pipeline ``chunkline run`` runs; any step of your own 
     :class:`~chunkline.dataset.inputs.SourceFile` elements.
 :class:`ChunkMarkdown`
     Chunks each file with one config (a ``RunConfig`` or a :class:`~chunkline.ChunkConfig`). Its
-    :class:`~chunkline.transforms.chunk.ChunkMarkdownResult` has ``.chunks``, ``.documents`` and
-    ``.errors`` (also ``result["errors"]``): schema'd PCollections of :data:`ChunkRow`, :data:`DocumentRow`
-    and :data:`ErrorRow`, so ``beam.Select``, ``to_dataframe``, Beam SQL and Beam's own writers work on
+    :class:`~chunkline.transforms.chunk.ChunkMarkdownResult` has ``.chunks``, ``.sections``, ``.documents``
+    and ``.errors`` (also ``result["errors"]``): schema'd PCollections of :data:`ChunkRow`,
+    :data:`SectionRow`, :data:`DocumentRow` and :data:`ErrorRow`, so ``beam.Select``, ``to_dataframe``, Beam SQL and Beam's own writers work on
     them. Bad input never fails the pipeline: it is a ``documents`` row with status ``error`` and its
     ``errors`` rows.
 :class:`WriteChunkDataset`
@@ -37,7 +37,7 @@ tokens, bytes) are in :mod:`chunkline.transforms.metrics`.
 from chunkline.transforms.chunk import ChunkMarkdown, ChunkMarkdownResult
 from chunkline.transforms.dataset import WriteChunkDataset
 from chunkline.transforms.read import ReadMarkdown
-from chunkline.transforms.rows import ChunkRow, DocumentRow, ErrorRow, chunk_row_type, row_type_for
+from chunkline.transforms.rows import ChunkRow, DocumentRow, ErrorRow, SectionRow, chunk_row_type, row_type_for
 
 __all__ = [
     "ChunkMarkdown",
@@ -46,6 +46,7 @@ __all__ = [
     "DocumentRow",
     "ErrorRow",
     "ReadMarkdown",
+    "SectionRow",
     "WriteChunkDataset",
     "chunk_row_type",
     "row_type_for",

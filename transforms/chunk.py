@@ -32,16 +32,16 @@ import apache_beam as beam
 
 from chunkline.config import ChunkConfig
 from chunkline.dataset.bundle import run_bundle
-from chunkline.dataset.document_rows import CHUNKS, DOCUMENTS, ERRORS, DocumentChunker
+from chunkline.dataset.document_rows import CHUNKS, DOCUMENTS, ERRORS, SECTIONS, DocumentChunker
 from chunkline.dataset.inputs import SourceFile
 from chunkline.dataset.process_hooks import NO_PROCESS_HOOKS, ProcessHooks
 from chunkline.dataset.settings import RunConfig
 from chunkline.schemas import FrontMatterColumn, table_schemas
 from chunkline.transforms.metrics import count_document
-from chunkline.transforms.rows import DocumentRow, ErrorRow, row_from_dict
+from chunkline.transforms.rows import DocumentRow, ErrorRow, SectionRow, row_from_dict
 from chunkline.transforms.rows import chunk_row_type as chunk_row_type_for
 
-__all__ = ["CHUNKS", "DOCUMENTS", "ERRORS", "ChunkDocuments", "ChunkMarkdown", "ChunkMarkdownResult"]
+__all__ = ["CHUNKS", "DOCUMENTS", "ERRORS", "SECTIONS", "ChunkDocuments", "ChunkMarkdown", "ChunkMarkdownResult"]
 
 
 class _ChunkDocumentsFn(DocumentChunker, beam.DoFn):
@@ -100,8 +100,8 @@ def _picked(table: str, row_type: type) -> Callable[[list[tuple[str, dict[str, A
 
 
 class ChunkMarkdownResult:
-    """What :class:`ChunkMarkdown` outputs: ``chunks``, ``documents`` and ``errors``, three schema'd
-    PCollections (also ``result["chunks"]`` and so on), and ``per_document``, the one PCollection they are
+    """What :class:`ChunkMarkdown` outputs: ``chunks``, ``sections``, ``documents`` and ``errors``, four
+    schema'd PCollections (also ``result["chunks"]`` and so on), and ``per_document``, the one PCollection they are
     picked from (one list of ``(table, row dict)`` pairs per document).
 
     Each table's PCollection is made the first time it is asked for, so a pipeline that only writes the
@@ -155,6 +155,11 @@ class ChunkMarkdownResult:
     def chunks(self) -> beam.PCollection:
         """One row per chunk, of the chunk row type (:data:`~chunkline.transforms.ChunkRow` by default)."""
         return self[CHUNKS]
+
+    @property
+    def sections(self) -> beam.PCollection:
+        """One :data:`~chunkline.transforms.SectionRow` per document root and per heading subtree."""
+        return self[SECTIONS]
 
     @property
     def documents(self) -> beam.PCollection:
@@ -214,6 +219,7 @@ class ChunkMarkdown(beam.PTransform):
             CHUNKS: chunk_row_type or chunk_row_type_for(chunks_schema),
             DOCUMENTS: DocumentRow,
             ERRORS: ErrorRow,
+            SECTIONS: SectionRow,
         }
 
     def expand(self, sources: beam.PCollection[SourceFile]) -> ChunkMarkdownResult:

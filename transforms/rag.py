@@ -38,8 +38,9 @@ Each ``Chunk`` is one chunk record of :func:`chunkline.chunk_markdown`:
   ``start_line``/``start_column``/``end_line``/``end_column``, ``heading_path`` (a list of strings, outermost
   first; **empty for a preamble chunk**, the text before the first heading, and for a document without
   headings: stores that refuse empty lists, such as Chroma, need it dropped or joined), ``section_index``,
-  ``token_count``, ``embed_token_count``, ``char_count``, ``is_sub_split``, ``strategy``, ``content_sha256``
-  and ``title``; then the input element's ``metadata_fields``, copied to every chunk of the document.
+  ``token_count``, ``embed_token_count``, ``char_count``, ``is_sub_split``, ``strategy``, ``content_sha256``,
+  ``title`` and ``section_id`` (the section the chunk starts in); then the input element's
+  ``metadata_fields``, copied to every chunk of the document.
 
 A document chunkline cannot chunk (its text field missing or not a string, no ``doc_id``, front matter that
 does not parse, a strategy that fails on it) raises :class:`DocumentChunkingError`, whose message names the
@@ -77,10 +78,13 @@ __all__ = [
     "chunk_from_record",
 ]
 
-#: The columns of a chunk record that go into a ``Chunk``'s metadata: all but ``chunk_uuid`` (the ``id``)
-#: and ``embed_text`` (the ``content``).
+#: The columns of a chunk record that go into a ``Chunk``'s metadata: all but ``chunk_uuid`` (the ``id``),
+#: ``embed_text`` (the ``content``) and the links that may be null or an empty list (``prev_chunk_id``,
+#: ``next_chunk_id``, ``parent_section_ids``), which stores such as Chroma refuse in metadata.
 CHUNK_METADATA_KEYS: tuple[str, ...] = tuple(
-    name for name in ChunkRecord.__slots__ if name not in ("chunk_uuid", "embed_text")
+    name
+    for name in ChunkRecord.__slots__
+    if name not in ("chunk_uuid", "embed_text", "prev_chunk_id", "next_chunk_id", "parent_section_ids")
 )
 
 

@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 from apache_beam.utils.timestamp import Timestamp
 
-from chunkline.schemas import CHUNKS_SCHEMA, DOCUMENTS_SCHEMA, ERRORS_SCHEMA
+from chunkline.schemas import CHUNKS_SCHEMA, DOCUMENTS_SCHEMA, ERRORS_SCHEMA, SECTIONS_SCHEMA
 
 __all__ = [
     "ChunkRow",
@@ -164,3 +164,5 @@ def chunk_row_type(arrow_schema: pa.Schema = CHUNKS_SCHEMA) -> type:
 DocumentRow = row_type_for(DOCUMENTS_SCHEMA, "DocumentRow", module=__name__)
 #: A row of the ``errors`` table: one per document (or folder) that could not be chunked.
 ErrorRow = row_type_for(ERRORS_SCHEMA, "ErrorRow", module=__name__)
+#: A row of the ``sections`` table: one per document root and per heading subtree.
+SectionRow = row_type_for(SECTIONS_SCHEMA, "SectionRow", module=__name__)

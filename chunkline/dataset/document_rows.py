@@ -1,5 +1,5 @@
-"""One document's rows, without Beam: decode a file, chunk it, and build its ``chunks``, ``documents`` and
-``errors`` rows.
+"""One document's rows, without Beam: decode a file, chunk it, and build its ``chunks``, ``sections``,
+``documents`` and ``errors`` rows.
 
 :class:`DocumentChunker` is the work of :class:`~chunkline.transforms.chunk.ChunkDocuments` (that module
 tells what becomes of bad input: every problem is the document's own error row, never an exception). It has
@@ -29,13 +29,13 @@ from chunkline.dataset.inputs import FileProblem, SourceFile
 from chunkline.dataset.process_hooks import NO_PROCESS_HOOKS, ProcessHooks
 from chunkline.dataset.storage import scrub_secrets
 from chunkline.encode_ahead import parse_encoding_ahead
-from chunkline.engine import chunk_document
-from chunkline.schemas import FrontMatterColumn, table_schemas
+from chunkline.engine import chunk_document_with_sections
+from chunkline.schemas import SECTION_COLUMNS, FrontMatterColumn, table_schemas
 from chunkline.tokenizers import counter_for, is_rust_panic
 
-__all__ = ["CHUNKS", "DOCUMENTS", "ERRORS", "ConvertedRows", "DocumentChunker", "DocumentRows"]
+__all__ = ["CHUNKS", "DOCUMENTS", "ERRORS", "SECTIONS", "ConvertedRows", "DocumentChunker", "DocumentRows"]
 
-CHUNKS, DOCUMENTS, ERRORS = "chunks", "documents", "errors"
+CHUNKS, DOCUMENTS, ERRORS, SECTIONS = "chunks", "documents", "errors", "sections"
 
 DocumentRows = list[tuple[str, dict[str, Any]]]
 """One document's rows: ``(table, row)`` pairs, ``row`` a plain dict of that table's columns."""
@@ -152,7 +152,7 @@ class DocumentChunker(BundleStep):
         # A strategy's failure on one document must not stop the run; nor must a row that cannot be built or
         # stored.
         with _failures_as_problems("chunk"):
-            chunks = chunk_document(
+            chunked = chunk_document_with_sections(
                 document,
                 self._config,
                 self._counter,
@@ -161,10 +161,13 @@ class DocumentChunker(BundleStep):
                 replaced_bytes=replaced_bytes,
                 offsets=offsets,
             )
+        chunks = chunked.chunks
         with _failures_as_problems("chunk", "its rows could not be built"):
             rows: list[tuple[str, dict[str, Any]]] = [(CHUNKS, chunk.to_dict()) for chunk in chunks]
             if self._front_matter_columns:
                 rows += self._promote_front_matter(source, front_matter.data if front_matter else None, rows)
+            # The section's text is not a column (see chunkline.schemas.sections).
+            rows += [(SECTIONS, section_row(section)) for section in chunked.sections]
             document_row.update(
                 status="ok",
                 chunk_count=len(chunks),
@@ -252,6 +255,13 @@ class DocumentChunker(BundleStep):
                     "message": message,
                 },
             )
+
+
+def section_row(section: Any) -> dict[str, Any]:
+    """The ``sections`` row of a :class:`~chunkline.record.SectionRecord`: its fields but ``text``."""
+    row = {name: getattr(section, name) for name in SECTION_COLUMNS}
+    row["heading_path"] = list(section.heading_path)
+    return row
 
 
 class _Problem(Exception):

@@ -51,6 +51,10 @@ __all__ = [
     "chunk_changes",
     "chunk_deletes",
     "chunk_upserts",
+    "keyed_deletes",
+    "keyed_upserts",
+    "section_deletes",
+    "section_upserts",
     "documents_changes",
     "embedding_changed",
     "not_carried",
@@ -176,32 +180,61 @@ def chunk_upserts(old_chunks: pa.Table, new_chunks: pa.Table) -> pa.Table:
     """The rows of ``new_chunks`` that are new or differ from their ``chunk_id``'s row in ``old_chunks``, in
     their order, with ``embedding_changed``. Row by row, so the upserts of a shard can be found one slice of
     its new rows at a time against all of its old ones."""
-    if old_chunks.num_rows:
-        position_in_old = pc.index_in(new_chunks.column("chunk_id"), value_set=old_chunks.column("chunk_id"))
-        differs = pc.invert(same_rows(new_chunks, old_chunks, position_in_old))
+    return keyed_upserts(old_chunks, new_chunks, "chunk_id", "changes/upserts")
+
+
+def section_upserts(old_sections: pa.Table, new_sections: pa.Table) -> pa.Table:
+    """The rows of ``changes/section_upserts``: :func:`chunk_upserts` for the ``sections`` table, by
+    ``section_id``."""
+    return keyed_upserts(old_sections, new_sections, "section_id", "changes/section_upserts")
+
+
+def keyed_upserts(old: pa.Table, new: pa.Table, id_column: str, upserts_table: str) -> pa.Table:
+    """The rows of ``new`` that are new or differ from the row of ``old`` with their ``id_column``, in their
+    order, with ``embedding_changed`` and the metadata of the table ``upserts_table``."""
+    if old.num_rows:
+        position_in_old = pc.index_in(new.column(id_column), value_set=old.column(id_column))
+        differs = pc.invert(same_rows(new, old, position_in_old))
         if pc.all(differs).as_py():
-            upserts = new_chunks  # every chunk differs: no copy of the rows
-            changed = embedding_changed(upserts, old_chunks, position_in_old)
+            upserts = new  # every row differs: no copy of the rows
+            changed = embedding_changed(upserts, old, position_in_old)
         else:
-            upserts = new_chunks.filter(differs)
-            changed = embedding_changed(upserts, old_chunks, pc.filter(position_in_old, differs))
+            upserts = new.filter(differs)
+            changed = embedding_changed(upserts, old, pc.filter(position_in_old, differs))
     else:
-        upserts = new_chunks  # every chunk is new: no copy of the shard's rows
+        upserts = new  # every row is new: no copy of the shard's rows
         changed = pa.array([True] * upserts.num_rows, pa.bool_())
-    # Upserts are a filter of the sorted, de-duplicated chunks: in key order already, with the chunks' columns
+    # Upserts are a filter of the sorted, de-duplicated rows: in key order already, with the table's columns
     # (whatever they are), then embedding_changed.
-    upserts = upserts.append_column(EMBEDDING_CHANGED_FIELD, changed)
-    return upserts.replace_schema_metadata(TABLE_SCHEMAS["changes/upserts"][0].metadata)
+    upserts_schema = TABLE_SCHEMAS[upserts_table][0]
+    upserts = upserts.append_column(upserts_schema.field(EMBEDDING_CHANGED_FIELD.name), changed)
+    return upserts.replace_schema_metadata(upserts_schema.metadata)
 
 
 def chunk_deletes(old_chunks: pa.Table, new_chunk_ids: pa.Array | pa.ChunkedArray) -> pa.Table:
     """The rows of ``changes/deletes``: the chunks of ``old_chunks`` whose ``chunk_id`` no new chunk has,
     sorted by the table's key."""
-    deletes = old_chunks.select(["doc_id", "chunk_id", "chunk_uuid"])
-    if isinstance(new_chunk_ids, pa.ChunkedArray):
-        new_chunk_ids = new_chunk_ids.combine_chunks() if new_chunk_ids.num_chunks else pa.array([], pa.string())
-    deletes = deletes.filter(pc.invert(pc.is_in(deletes.column("chunk_id"), value_set=new_chunk_ids)))
-    deletes_schema, deletes_key = TABLE_SCHEMAS["changes/deletes"]
+    return keyed_deletes(old_chunks, new_chunk_ids, ("doc_id", "chunk_id", "chunk_uuid"), "changes/deletes")
+
+
+def section_deletes(old_sections: pa.Table, new_section_ids: pa.Array | pa.ChunkedArray) -> pa.Table:
+    """The rows of ``changes/section_deletes``: the sections of ``old_sections`` whose ``section_id`` no new
+    section has, sorted by the table's key."""
+    return keyed_deletes(
+        old_sections, new_section_ids, ("doc_id", "section_id", "section_uuid"), "changes/section_deletes"
+    )
+
+
+def keyed_deletes(
+    old: pa.Table, new_ids: pa.Array | pa.ChunkedArray, columns: tuple[str, str, str], deletes_table: str
+) -> pa.Table:
+    """The rows of the table ``deletes_table``: ``columns`` (doc_id, id, uuid) of the rows of ``old`` whose
+    id none of ``new_ids`` is, sorted by the table's key."""
+    deletes = old.select(list(columns))
+    if isinstance(new_ids, pa.ChunkedArray):
+        new_ids = new_ids.combine_chunks() if new_ids.num_chunks else pa.array([], pa.string())
+    deletes = deletes.filter(pc.invert(pc.is_in(deletes.column(columns[1]), value_set=new_ids)))
+    deletes_schema, deletes_key = TABLE_SCHEMAS[deletes_table]
     return sorted_unique(deletes.cast(deletes_schema), deletes_key)
 
 
@@ -215,14 +248,19 @@ def embedding_changed(new: pa.Table, old: pa.Table, position_in_old: pa.Array) -
     matched = pc.is_valid(position_in_old)
     if new.num_rows == 0 or not pc.any(matched).as_py():
         return pa.array([True] * new.num_rows, pa.bool_())
+    embed_text = new.column("embed_text")
     previous_embed_text = old.column("embed_text").take(pc.fill_null(position_in_old, 0))
-    same = pc.and_(matched, pc.fill_null(pc.equal(new.column("embed_text"), previous_embed_text), False))
+    equal = pc.fill_null(pc.equal(embed_text, previous_embed_text), False)
+    if embed_text.null_count or previous_embed_text.null_count:
+        # A section with nothing to embed (null embed_text) before and after has no embedding to compute.
+        equal = pc.or_(equal, pc.and_(pc.is_null(embed_text), pc.is_null(previous_embed_text)))
+    same = pc.and_(matched, equal)
     return pc.invert(same).combine_chunks()
 
 
 def same_rows(new: pa.Table, old: pa.Table, position_in_old: pa.Array) -> pa.Array:
-    """For each row of ``new``: True if ``old`` holds a row with its ``chunk_id`` (at ``position_in_old``)
-    whose every column is equal."""
+    """For each row of ``new``: True if ``old`` holds a row with its id (at ``position_in_old``) whose every
+    column is equal."""
     matched = pc.is_valid(position_in_old)
     if new.num_rows == 0 or not pc.any(matched).as_py():
         return pa.array([False] * new.num_rows, pa.bool_())

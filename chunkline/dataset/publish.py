@@ -110,6 +110,9 @@ logger = logging.getLogger("chunkline")
 # Tables of the layout before snapshots, removed from an output's top level once it has a snapshot.
 _TOP_LEVEL_TABLES = ("chunks", "documents", "errors")
 
+# The row tables every schema version's snapshots hold (``sections`` came with schema version 4).
+_TABLES_OF_EVERY_VERSION = ("chunks", "documents", "errors")
+
 
 class DatasetNotFoundError(FileNotFoundError):
     """There is no published chunkline dataset (or no such snapshot) at the URL."""
@@ -338,7 +341,9 @@ def manifest_problem(manifest: Any, snapshot: str | None = None) -> str | None:
     tables = manifest.get("tables")
     if not isinstance(tables, dict):
         return "it lists no tables"
-    for table in ROW_TABLES:
+    # A snapshot of an earlier schema version has no sections table; it is still a dataset to read.
+    required = ROW_TABLES if manifest.get("schema_version") == SCHEMA_VERSION else _TABLES_OF_EVERY_VERSION
+    for table in required:
         if table not in tables:
             return f"it lists no {table} table"
     for table, entry in tables.items():

@@ -41,6 +41,8 @@ from chunkline.dataset.merge import (
     documents_changes,
     not_carried,
     read_shard_plan,
+    section_deletes,
+    section_upserts,
     shard_of,
     sorted_unique,
     sorted_unique_row_groups,
@@ -130,7 +132,7 @@ def write_settings_for(
 
 def row_size(row: dict[str, Any]) -> int:
     """About how many bytes a buffered row holds: its text and a fixed share for the other columns."""
-    text = row.get("text") or row.get("message") or ""
+    text = row.get("text") or row.get("embed_text") or row.get("message") or ""
     return 200 + len(text)
 
 
@@ -275,11 +277,30 @@ class _ChunkCounts:
     reembedded: Counter = field(default_factory=Counter)
 
 
+@dataclass(frozen=True)
+class _KeyedTables:
+    """A table of rows with ids, merged row group by row group, and the ``changes/`` tables of its rows."""
+
+    rows: str
+    id_column: str
+    upserts: str
+    deletes: str
+    find_upserts: Any
+    find_deletes: Any
+
+
+_CHUNK_TABLES = _KeyedTables("chunks", "chunk_id", "changes/upserts", "changes/deletes", chunk_upserts, chunk_deletes)
+_SECTION_TABLES = _KeyedTables(
+    "sections", "section_id", "changes/section_upserts", "changes/section_deletes", section_upserts, section_deletes
+)
+
+
 class MergeShard(BundleStep):
     """Merges one shard: its spill files and the rows carried over from the previous snapshot become one
     sorted, de-duplicated, content-named Parquet file per table, plus the shard's ``changes/`` tables.
 
-    Memory: ``chunks`` (and with it ``changes/upserts``) is merged one output row group at a time
+    Memory: ``chunks`` (and with it ``changes/upserts``), then ``sections`` (and its changes), is merged one
+    output row group at a time
     (:func:`~chunkline.dataset.merge.sorted_unique_row_groups`, :class:`~chunkline.dataset.merge.PartWriter`):
     the merge holds the shard's key columns, one spill file and about 1.2 row groups of chunk rows, where a
     row group ends at ``output.row_group_rows`` rows or ``output.row_group_bytes`` bytes of rows (16 MB),
@@ -327,6 +348,7 @@ class MergeShard(BundleStep):
             hooks.between_merge_steps()
         with hooks.merging() if full_rebuild else contextlib.nullcontext():
             yield from self._merge_chunks(shard, previous_parts, carried_ids, counts)
+            yield from self._merge_rows(_SECTION_TABLES, shard, previous_parts, carried_ids, _ChunkCounts())
         previous_documents, documents = self._merge_table("documents", shard, previous_parts, carried_ids, plan)
         yield from self._write("documents", shard, documents)
         _, errors = self._merge_table("errors", shard, previous_parts, carried_ids, plan)
@@ -342,9 +364,22 @@ class MergeShard(BundleStep):
     ) -> Iterator[str]:
         """Write the shard's ``chunks``, ``changes/upserts`` and ``changes/deletes`` parts, one row group of
         chunks at a time, and count each document's upserts, deletes and upserts to embed again."""
-        schema, key = self._schemas["chunks"]
-        upserts_schema = self._schemas["changes/upserts"][0]
-        previous = self._read_previous("chunks", shard, previous_parts)
+        yield from self._merge_rows(_CHUNK_TABLES, shard, previous_parts, carried_ids, counts)
+
+    def _merge_rows(
+        self,
+        tables: _KeyedTables,
+        shard: int,
+        previous_parts: dict[str, list[str]],
+        carried_ids: pa.Array,
+        counts: _ChunkCounts,
+    ) -> Iterator[str]:
+        """Write the shard's parts of a table of rows with ids (``chunks``, ``sections``) and of its
+        upserts and deletes, one row group at a time, and count each document's upserts, deletes and upserts
+        to embed again."""
+        schema, key = self._schemas[tables.rows]
+        upserts_schema = self._schemas[tables.upserts][0]
+        previous = self._read_previous(tables.rows, shard, previous_parts)
         carried = previous.filter(pc.is_in(previous.column("doc_id"), value_set=carried_ids))
         old_chunks = not_carried(previous, carried_ids)
         del previous
@@ -352,7 +387,7 @@ class MergeShard(BundleStep):
         # one no longer written, so every chunk is an upsert (as against an empty snapshot).
         compared_with = old_chunks.slice(0, 0) if self._columns_changed else old_chunks
         sources = [lambda: carried] + [
-            functools.partial(self._read_spill, path) for path in self._spill_paths("chunks", shard)
+            functools.partial(self._read_spill, path) for path in self._spill_paths(tables.rows, shard)
         ]
         row_group_rows, compression = self._settings.row_group_rows, self._settings.compression
         row_group_bytes = self._settings.row_group_bytes
@@ -371,8 +406,8 @@ class MergeShard(BundleStep):
                 chunks_part.write(rows)
                 new_chunks = not_carried(rows, carried_ids)
                 del rows
-                new_chunk_ids.append(new_chunks.column("chunk_id"))
-                upserts = chunk_upserts(compared_with, new_chunks)
+                new_chunk_ids.append(new_chunks.column(tables.id_column))
+                upserts = tables.find_upserts(compared_with, new_chunks)
                 del new_chunks
                 upserts = upserts.select(upserts_schema.names).cast(upserts_schema)  # in the schema's order
                 counts.upserted.update(upserts.column("doc_id").to_pylist())
@@ -385,16 +420,16 @@ class MergeShard(BundleStep):
             carried = sources = None  # the carried rows are written: let them go
             chunks_part.end_rows()
             upserts_part.end_rows()
-            yield from self._write_part("chunks", shard, chunks_part.finish())
-            yield from self._write_part("changes/upserts", shard, upserts_part.finish())
+            yield from self._write_part(tables.rows, shard, chunks_part.finish())
+            yield from self._write_part(tables.upserts, shard, upserts_part.finish())
         finally:
             chunks_part.close()
             upserts_part.close()
         ids = pa.chunked_array([ids for column in new_chunk_ids for ids in column.chunks], pa.string())
-        deletes = chunk_deletes(old_chunks, ids)
+        deletes = tables.find_deletes(old_chunks, ids)
         del old_chunks, compared_with
         counts.deleted.update(deletes.column("doc_id").to_pylist())
-        yield from self._write("changes/deletes", shard, deletes)
+        yield from self._write(tables.deletes, shard, deletes)
 
     def _merge_table(
         self,

@@ -210,7 +210,8 @@ def test_a_row_type_follows_a_chunks_schema_with_more_columns():
         chunk_id="a.md#0", chunk_uuid="u", doc_id="a.md", source_uri="a.md", chunk_index=0, text="# A",
         start_char=0, end_char=3, start_byte=0, end_byte=3, start_line=1, start_column=1, end_line=1,
         end_column=3, heading_path=["A"], section_index=1, token_count=2, char_count=3, is_sub_split=False,
-        strategy="headings", content_sha256="h", title="A", embed_text="A\n\n# A", embed_token_count=5, team="docs",
+        strategy="headings", content_sha256="h", title="A", embed_text="A\n\n# A", embed_token_count=5,
+        section_id="a.md#s1", prev_chunk_id=None, next_chunk_id="a.md#1", parent_section_ids=["a.md#s0"], team="docs",
     )  # fmt: skip
     row = TeamChunkRow(**values)
     decoded = coder.decode(coder.encode(row))

@@ -458,7 +458,7 @@ def test_rows_staged_twice_by_a_retried_bundle_are_merged_once(tmp_path):
     clean = _settings(tmp_path, "clean")
     _spill(clean, [(elements, True)])
     expected = _merge(clean)
-    assert {name.split("/")[0] for name in expected} == {"chunks", "documents"}
+    assert {name.split("/")[0] for name in expected} == {"chunks", "documents", "sections"}
 
     # A bundle that spilled every element (a tiny spill buffer) and died after the fifth, then was retried
     # whole by the runner; and another worker's bundle that finished but whose result was lost and redone.

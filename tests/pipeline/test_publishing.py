@@ -82,6 +82,7 @@ def test_manifest_names_exactly_the_files_in_each_table_folder(published):
         "chunks",
         "documents",
         "errors",
+        "sections",
     ]
     assert json.loads((snapshot_folder(output) / "_manifest.json").read_text()) == found
     assert set(found["tables"]) == set(TABLE_SCHEMAS)
