@@ -131,8 +131,11 @@ Retrieval and the metric
 Two embedders: wordllama's static embedding model (``load_wordllama_embedder``, offline) with cosine
 similarity, and BM25 (bm25s). Budgets (``--budgets``, default 1024 and 2048 cl100k_base tokens, two and
 four full 512-token chunks) count each chunk's verbatim text with ``budget_token_counter()``; chunks are
-taken best first with ``take_within_budget`` (a chunk that no longer fits is skipped, a smaller one after it
-may still be taken). Per question, as in Chroma's evaluation (``score_question``, over character ranges):
+taken best first with ``take_within_budget``, as ``chunkline evaluate`` takes them: whole chunks while they
+fit; the chunk that crosses the budget counts only up to it, its character range cut to the same share of
+its characters as of its tokens (``start_char + floor(characters * tokens left / chunk tokens)``); then
+the walk stops. Every system is handed exactly the budget (unless its ranking runs out), and is scored on
+those ranges. Per question, as in Chroma's evaluation (``score_question``, over character ranges):
 recall = reference characters covered / reference characters; precision = covered / characters retrieved
 (overlapping chunks counted each time); IoU = covered / (retrieved + reference - covered); hit = at least
 one reference character covered. Tables show the means over the questions, in percent.
@@ -757,8 +760,11 @@ def evaluate_system(
         for question in question_set.questions:
             ranked = index.rank(question.question)
             for budget in budgets:
-                taken = take_within_budget(ranked, token_counts, budget)
-                per_budget[budget].append(score_question([ranges[i] for i in taken], question.references))
+                retrieved = []
+                for share in take_within_budget(ranked, token_counts, budget):
+                    whole = ranges[share.index]
+                    retrieved.append(RetrievedRange(whole.doc_id, *share.char_range(whole.start_char, whole.end_char)))
+                per_budget[budget].append(score_question(retrieved, question.references))
         seconds[f"{embedder_name} query"] = time.perf_counter() - started
         scores[embedder_name] = {
             budget: {group: mean_scores(results, indices) for group, indices in question_set.groups.items()}
