@@ -129,6 +129,13 @@ whatever ``--systems`` selects: every other row's difference is measured against
     ``tokens`` strategy with ``max_tokens`` N, ``overlap_tokens`` 0 and ``embed_context: none``, indexed by
     the verbatim text (no ``--set``).
 
+``chunkline (expand section:N)``
+    Small to big, one row per N of ``--expand section:N,...`` (none by default), at every size: the default
+    row's chunks ranked as it ranks them, and each ranked chunk handed out as the largest section around it
+    of at most N tokens, else the chunk, deduplicated, within the same budget by the same cut rule
+    (``chunkline.evaluation.expansion.take_expanded_within_budget``, as ``chunkline evaluate --expand``).
+    ``section:0`` expands nothing and keeps only the deduplication (no overlap handed out twice): the control.
+
 The tokenizers load without a network (chunkline's offline ``cl100k_base``, registered with tiktoken so
 that LangChain's ``from_tiktoken_encoder`` finds it; semantic-text-splitter's tiktoken-rs bundles its own).
 A peer's chunk is placed in its document at the peer's own offset when ``text[start:start + len(chunk)]
