@@ -851,15 +851,19 @@ def retrieve(ranked: np.ndarray, token_counts: Sequence[int], budget: int, range
     return retrieved
 
 
+@dataclass(frozen=True)
+class Judging:
+    """How every system is judged: the same retrievers, budgets and budget tokenizer."""
+
+    retrievers: tuple[str, ...]
+    budgets: tuple[int, ...]
+    count_tokens: Callable[[str], int]
+    embedder: Any
+    """wordllama's embedder, or None when neither wordllama nor the hybrid is run."""
+
+
 def evaluate_system(
-    system: System,
-    question_set: QuestionSet,
-    max_tokens: int,
-    embedder: Any,
-    query_vectors: np.ndarray | None,
-    retrievers: Sequence[str],
-    budgets: Sequence[int],
-    count_tokens: Callable[[str], int],
+    system: System, question_set: QuestionSet, max_tokens: int, judging: Judging, query_vectors: np.ndarray | None
 ) -> SystemResult:
     """Chunk the set's documents with ``system``, index the chunks once for BM25 and once for the embedder,
     and score every question with every retriever and budget; the hybrid fuses the two rankings already
@@ -867,6 +871,7 @@ def evaluate_system(
     from chunkline.evaluation.metrics import RetrievedRange, score_question
     from chunkline.evaluation.retrieval import Bm25Index, EmbeddingIndex, reciprocal_rank_fusion
 
+    retrievers, budgets = judging.retrievers, judging.budgets
     seconds: dict[str, float] = {}
 
     def timed(phase: str, started: float) -> None:
@@ -888,7 +893,7 @@ def evaluate_system(
     timed("chunk", started)
 
     started = time.perf_counter()
-    token_counts = [count_tokens(text) for text in budget_texts]
+    token_counts = [judging.count_tokens(text) for text in budget_texts]
     timed("count", started)
 
     lexical = "bm25" in retrievers or "hybrid" in retrievers
@@ -899,7 +904,7 @@ def evaluate_system(
         timed("bm25 index", started)
     if dense:
         started = time.perf_counter()
-        vectors = EmbeddingIndex(embedder, index_texts).vectors
+        vectors = EmbeddingIndex(judging.embedder, index_texts).vectors
         timed("wordllama index", started)
     questions = question_set.questions
     per_question = {
@@ -938,11 +943,8 @@ def expanded_results(
     max_tokens: int,
     config: ChunkConfig,
     sizes: Sequence[int],
-    embedder: Any,
+    judging: Judging,
     query_vectors: np.ndarray | None,
-    retrievers: Sequence[str],
-    budgets: Sequence[int],
-    count_tokens: Callable[[str], int],
 ) -> list[SystemResult]:
     """One row per ``--expand section:N``: the default config's chunks ranked as its own row ranks them,
     each ranked chunk returned as the largest section around it of at most N tokens, deduplicated, within
@@ -954,6 +956,7 @@ def expanded_results(
     from chunkline.evaluation.metrics import RetrievedRange, score_question
     from chunkline.evaluation.retrieval import Bm25Index, EmbeddingIndex, evaluation_text, reciprocal_rank_fusion
 
+    retrievers, budgets, count_tokens = judging.retrievers, judging.budgets, judging.count_tokens
     started = time.perf_counter()
     chunks, sections = [], []
     texts = {document.doc_id: document.text for document in question_set.documents}
@@ -966,7 +969,7 @@ def expanded_results(
     count_range = functools.lru_cache(maxsize=None)(lambda doc_id, start, end: count_tokens(texts[doc_id][start:end]))
     index_texts = [evaluation_text(chunk) for chunk in chunks]
     bm25 = Bm25Index(index_texts) if "bm25" in retrievers or "hybrid" in retrievers else None
-    vectors = EmbeddingIndex(embedder, index_texts).vectors if query_vectors is not None else None
+    vectors = EmbeddingIndex(judging.embedder, index_texts).vectors if query_vectors is not None else None
     seconds = {"chunk": time.perf_counter() - started}  # chunks, sections, token counts and both indexes
     started = time.perf_counter()
     questions = question_set.questions
@@ -1090,13 +1093,11 @@ class Table:
 
 
 def build_tables(
-    question_set: QuestionSet,
-    results: dict[int, list[SystemResult]],
-    retrievers: Sequence[str],
-    budgets: Sequence[int],
-    resamples: int,
-    seed: int,
+    question_set: QuestionSet, results: dict[int, list[SystemResult]], judging: Judging, *, resamples: int, seed: int
 ) -> list[Table]:
+    """One table per size x budget x group of the set: every system's means, its differences to the default
+    (paired bootstrap), and the best system of each column."""
+    retrievers, budgets = judging.retrievers, judging.budgets
     weights_by_size: dict[int, np.ndarray] = {}
     tables = []
     for max_tokens, size_results in results.items():
@@ -1466,25 +1467,33 @@ def ordered_sets(question_sets: Sequence[QuestionSet]) -> list[QuestionSet]:
     return sorted(question_sets, key=lambda question_set: question_set.held_out)
 
 
-def text_report(
-    args: argparse.Namespace,
-    question_sets: Sequence[QuestionSet],
-    results: dict[str, dict[int, list[SystemResult]]],
-    tables: dict[str, list[Table]],
-    verdict: Sequence[VerdictRow],
-    systems: dict[int, list[System]],
-    notes: Sequence[str],
-    phases: Timings,
-    markdown: bool,
-) -> str:
+@dataclass
+class Run:
+    """Everything one run measured, as both reports print it."""
+
+    args: argparse.Namespace
+    question_sets: list[QuestionSet]
+    """In report order: the held-out sets last."""
+    systems: dict[int, list[System]]
+    """max_tokens -> the systems run at that size."""
+    results: dict[str, dict[int, list[SystemResult]]]
+    """set -> max_tokens -> one result per system."""
+    tables: dict[str, list[Table]]
+    verdict: list[VerdictRow]
+    notes: list[str]
+    phases: Timings
+
+
+def text_report(run: Run, markdown: bool) -> str:
+    args, results, tables, systems, phases = run.args, run.results, run.tables, run.systems, run.phases
     render = markdown_table if markdown else aligned_table
     found = versions()
     lines = [
         settings_line(args),
         "versions: " + "  ".join(f"{name} {version}" for name, version in found.items()),
-        *notes,
+        *run.notes,
     ]
-    for question_set in ordered_sets(question_sets):
+    for question_set in run.question_sets:
         title = question_set.name
         if question_set.held_out:
             title = f"held out: {question_set.name} (kept out of every choice of default; the check on it)"
@@ -1512,7 +1521,7 @@ def text_report(
         f"set; gap = {DEFAULT_SYSTEM} - best other, in points, with its {CONFIDENCE:.0%} interval (paired "
         f"bootstrap); verdict: first, within {WITHIN_POINTS:g} point, or behind"
     )
-    header, rows = verdict_table(verdict)
+    header, rows = verdict_table(run.verdict)
     lines += ["", f"## {title}" if markdown else f"=== {title} ===", "", render(header, rows)]
     lines += ["", "settings per system:"]
     for max_tokens, size_systems in systems.items():
@@ -1524,16 +1533,9 @@ def text_report(
     return "\n".join(lines)
 
 
-def json_report(
-    args: argparse.Namespace,
-    question_sets: Sequence[QuestionSet],
-    results: dict[str, dict[int, list[SystemResult]]],
-    tables: dict[str, list[Table]],
-    verdict: Sequence[VerdictRow],
-    systems: dict[int, list[System]],
-    notes: Sequence[str],
-    phases: Timings,
-) -> str:
+def json_report(run: Run) -> str:
+    args, results, tables = run.args, run.results, run.tables
+
     def result_json(result: SystemResult, set_tables: Sequence[Table]) -> dict[str, Any]:
         placement = result.placement
         own = [table for table in set_tables if table.max_tokens == result.max_tokens]
@@ -1626,14 +1628,14 @@ def json_report(
             "sources": {name: str(folder) for name, folder in args.sources.items()},
         },
         "versions": versions(),
-        "notes": list(notes),
+        "notes": list(run.notes),
         "systems": {
             str(max_tokens): {system.name: system.settings for system in size_systems}
-            for max_tokens, size_systems in systems.items()
+            for max_tokens, size_systems in run.systems.items()
         },
-        "sets": {question_set.name: set_json(question_set) for question_set in ordered_sets(question_sets)},
-        "verdict": [row.to_json() for row in verdict],
-        "seconds": phases.seconds,
+        "sets": {question_set.name: set_json(question_set) for question_set in run.question_sets},
+        "verdict": [row.to_json() for row in run.verdict],
+        "seconds": run.phases.seconds,
     }
     return json.dumps(report, indent=2)
 
@@ -1816,6 +1818,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     count_tokens = budget_token_counter()
     dense = "wordllama" in args.retrievers or "hybrid" in args.retrievers
     embedder = load_wordllama_embedder() if dense else None
+    judging = Judging(tuple(args.retrievers), tuple(args.budgets), count_tokens, embedder)
     phases.add("setup", time.perf_counter() - started)
 
     started = time.perf_counter()
@@ -1829,29 +1832,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         for line in rule_lines(question_set):
             progress(line)
 
-    results: dict[str, dict[int, list[SystemResult]]] = {}
-    tables: dict[str, list[Table]] = {}
+    run = Run(args, question_sets, systems, {}, {}, [], notes, phases)
     for question_set in question_sets:
         query_vectors = None
         if embedder is not None:
             started = time.perf_counter()
             query_vectors = embedder.embed([question.question for question in question_set.questions])
             phases.add("wordllama query", time.perf_counter() - started)
-        results[question_set.name] = {}
+        set_results: dict[int, list[SystemResult]] = {}
         for max_tokens, size_systems in systems.items():
-            results[question_set.name][max_tokens] = []
+            set_results[max_tokens] = []
             for system in size_systems:
-                result = evaluate_system(
-                    system,
-                    question_set,
-                    max_tokens,
-                    embedder,
-                    query_vectors,
-                    args.retrievers,
-                    args.budgets,
-                    count_tokens,
-                )
-                results[question_set.name][max_tokens].append(result)
+                result = evaluate_system(system, question_set, max_tokens, judging, query_vectors)
+                set_results[max_tokens].append(result)
                 for phase, seconds in result.seconds.items():
                     phases.add(phase, seconds)
                 progress(
@@ -1861,43 +1854,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.expand:
                 overlap = overlap_tokens_for(max_tokens, args.overlap_fraction)
                 config = chunkline_config([f"max_tokens={max_tokens}", f"overlap_tokens={overlap}", *args.settings])
-                expanded = expanded_results(
-                    question_set,
-                    max_tokens,
-                    config,
-                    args.expand,
-                    embedder,
-                    query_vectors,
-                    args.retrievers,
-                    args.budgets,
-                    count_tokens,
-                )
-                results[question_set.name][max_tokens] += expanded
+                expanded = expanded_results(question_set, max_tokens, config, args.expand, judging, query_vectors)
+                set_results[max_tokens] += expanded
                 progress(
                     f"{question_set.name} / small-to-big / {max_tokens}: "
                     + ", ".join(f"{phase} {seconds:.1f} s" for phase, seconds in expanded[0].seconds.items())
                 )
+        run.results[question_set.name] = set_results
         started = time.perf_counter()
-        tables[question_set.name] = build_tables(
-            question_set,
-            results[question_set.name],
-            args.retrievers,
-            args.budgets,
-            args.bootstrap_resamples,
-            args.bootstrap_seed,
+        run.tables[question_set.name] = build_tables(
+            question_set, set_results, judging, resamples=args.bootstrap_resamples, seed=args.bootstrap_seed
         )
         phases.add("bootstrap", time.perf_counter() - started)
     held_out = {question_set.name: question_set.held_out for question_set in question_sets}
-    verdict = verdict_rows([table for name in tables for table in tables[name]], held_out, args.retrievers)
+    run.verdict = verdict_rows([table for name in run.tables for table in run.tables[name]], held_out, args.retrievers)
     phases.add("total", time.perf_counter() - wall)
-    if args.format == "json":
-        print(json_report(args, question_sets, results, tables, verdict, systems, notes, phases))
-    else:
-        print(
-            text_report(
-                args, question_sets, results, tables, verdict, systems, notes, phases, args.format == "markdown"
-            )
-        )
+    print(json_report(run) if args.format == "json" else text_report(run, args.format == "markdown"))
     return 0
 
 

@@ -566,7 +566,8 @@ def test_small_to_big_rows_score_as_chunkline_evaluate_expand_does(tmp_path, tex
     question_set = bench.load_markdown_set(corpus, 10, None, count_tokens)
     config = bench.chunkline_config(["max_tokens=64", "overlap_tokens=6"])
     sizes = [0, 256, 512]
-    rows = bench.expanded_results(question_set, 128, config, sizes, None, None, ["bm25"], [600], count_tokens)
+    judging = bench.Judging(("bm25",), (600,), count_tokens, None)
+    rows = bench.expanded_results(question_set, 64, config, sizes, judging, None)
     assert [row.name for row in rows] == [f"chunkline (expand section:{size})" for size in sizes]
     evaluated = evaluate_configs(
         read_corpus(load_input_config([str(corpus)], environ={})),

@@ -166,6 +166,7 @@ def take_expanded_within_budget(
     for chunk_index in ranked:
         if left <= 0:
             break
+        chunk_index = int(chunk_index)
         chain = chains[chunk_index]
         units = [unit for unit in chain[:-1] if unit.tokens <= max_section_tokens]
         units.append(chain[-1])
