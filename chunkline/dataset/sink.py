@@ -131,7 +131,7 @@ def write_settings_for(
 
 def row_size(row: dict[str, Any]) -> int:
     """About how many bytes a buffered row holds: its text and a fixed share for the other columns."""
-    text = row.get("text") or row.get("message") or ""
+    text = row.get("text") or row.get("embed_text") or row.get("message") or ""
     return 200 + len(text)
 
 
@@ -298,7 +298,8 @@ class MergeShard(BundleStep):
     """Merges one shard: its spill files and the rows carried over from the previous snapshot become one
     sorted, de-duplicated, content-named Parquet file per table, plus the shard's ``changes/`` tables.
 
-    Memory: ``chunks`` (and with it ``changes/upserts``) is merged one output row group at a time
+    Memory: ``chunks`` (and with it ``changes/upserts``), then ``sections`` (and its changes), is merged one
+    output row group at a time
     (:func:`~chunkline.dataset.merge.sorted_unique_row_groups`, :class:`~chunkline.dataset.merge.PartWriter`):
     the merge holds the shard's key columns, one spill file and about 1.2 row groups of chunk rows, where a
     row group ends at ``output.row_group_rows`` rows or ``output.row_group_bytes`` bytes of rows (16 MB),

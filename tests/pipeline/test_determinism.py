@@ -22,7 +22,7 @@ from .conftest import CORPUS, manifest, rows_by_doc, run, table_digests, write_c
 pytestmark = pytest.mark.timeout(300)
 
 OVERRIDES = ("max_tokens=96", "overlap_tokens=16", "output.shards=4")
-TABLES = ("chunks", "documents", "errors")
+TABLES = ("chunks", "documents", "errors", "sections")
 
 
 @pytest.fixture(scope="module")
@@ -39,6 +39,7 @@ def corpus_and_reference(tmp_path_factory):
     digests = table_digests(output, TABLES)
     # The reference is worth comparing with: several shards, many chunks, sub-split documents.
     assert sum(name.startswith("chunks/") for name in digests) >= 3
+    assert sum(name.startswith("sections/") for name in digests) >= 3
     assert summary.chunks > 2 * len(CORPUS)
     assert any(row["is_sub_split"] for group in rows_by_doc(output, "chunks").values() for row in group)
     return root, output, digests
