@@ -437,24 +437,33 @@ def build_sections(
         open_sections.append(number)
     ordinals = _section_ordinals(sections)
     paths = section_paths(tuple(sections))
-    # Each chunk counts in its own section and every section enclosing it.
+    # Each chunk counts in the section it starts in, and every section enclosing that one: counted per
+    # section, then added up the tree (a child comes after its parent in document order).
     counts = [0] * len(sections)
     firsts: list[int | None] = [None] * len(sections)
     lasts: list[int | None] = [None] * len(sections)
-    root_count, root_first, root_last = 0, None, None
     for chunk in chunks:
-        chunk_index = chunk.chunk_index
-        root_count += 1
-        root_first = chunk_index if root_first is None or chunk_index < root_first else root_first
-        root_last = chunk_index if root_last is None or chunk_index > root_last else root_last
-        number: int | None = chunk.section_index if sections else None
-        while number is not None and sections[number].heading is not None:
-            counts[number] += 1
-            first = firsts[number]
-            firsts[number] = chunk_index if first is None or chunk_index < first else first
-            last = lasts[number]
-            lasts[number] = chunk_index if last is None or chunk_index > last else last
-            number = sections[number].parent
+        number, chunk_index = chunk.section_index, chunk.chunk_index
+        counts[number] += 1
+        first = firsts[number]
+        if first is None or chunk_index < first:
+            firsts[number] = chunk_index
+        last = lasts[number]
+        if last is None or chunk_index > last:
+            lasts[number] = chunk_index
+    for number in range(len(sections) - 1, -1, -1):
+        parent = sections[number].parent
+        if parent is None or not counts[number]:
+            continue
+        counts[parent] += counts[number]
+        if firsts[parent] is None or firsts[number] < firsts[parent]:
+            firsts[parent] = firsts[number]
+        if lasts[parent] is None or lasts[number] > lasts[parent]:
+            lasts[parent] = lasts[number]
+    chunk_indexes = [chunk.chunk_index for chunk in chunks]
+    root_count = len(chunks)
+    root_first = min(chunk_indexes) if chunk_indexes else None
+    root_last = max(chunk_indexes) if chunk_indexes else None
     # (ordinal, level, heading, heading path, start, end, parent ordinal, chunk count, first, last)
     rows = [(ROOT_SECTION_ORDINAL, 0, None, (), 0, length, None, root_count, root_first, root_last)]
     for number, section in enumerate(sections):
@@ -482,6 +491,7 @@ def build_sections(
     max_tokens = embedding.max_tokens
     front_matter_end = document.front_matter.end_char if document.front_matter is not None else 0
     title = embedding.title
+    line_starts = index.line_starts
     records = []
     for (ordinal, level, heading, path, start, end, parent, chunk_count, first, last), token_count in zip(
         rows, token_counts
@@ -495,7 +505,7 @@ def build_sections(
             if max_tokens is not None and embed_token_count > max_tokens:
                 embed_text = embed_token_count = None
         section_id = section_id_of(doc_id, ordinal)
-        start_line = index.line_column(start)[0]
+        start_line = bisect_right(line_starts, start)
         records.append(
             SectionRecord(
                 section_id,
@@ -513,7 +523,7 @@ def build_sections(
                 byte_at[start],
                 byte_at[end],
                 start_line,
-                index.line_column(end - 1)[0] if end > start else start_line,
+                bisect_right(line_starts, end - 1) if end > start else start_line,
                 token_count,
                 end - start,
                 chunk_count,
