@@ -129,6 +129,13 @@ whatever ``--systems`` selects: every other row's difference is measured against
     ``tokens`` strategy with ``max_tokens`` N, ``overlap_tokens`` 0 and ``embed_context: none``, indexed by
     the verbatim text (no ``--set``).
 
+``chunkline (expand section:N)``
+    Small to big, one row per N of ``--expand section:N,...`` (none by default), at every size: the default
+    row's chunks ranked as it ranks them, and each ranked chunk handed out as the largest section around it
+    of at most N tokens, else the chunk, deduplicated, within the same budget by the same cut rule
+    (``chunkline.evaluation.expansion.take_expanded_within_budget``, as ``chunkline evaluate --expand``).
+    ``section:0`` expands nothing and keeps only the deduplication (no overlap handed out twice): the control.
+
 The tokenizers load without a network (chunkline's offline ``cl100k_base``, registered with tiktoken so
 that LangChain's ``from_tiktoken_encoder`` finds it; semantic-text-splitter's tiktoken-rs bundles its own).
 A peer's chunk is placed in its document at the peer's own offset when ``text[start:start + len(chunk)]
@@ -928,6 +935,100 @@ def evaluate_system(
     return SystemResult(system.name, max_tokens, len(ranges), mean_tokens, small, placement, per_question, seconds)
 
 
+# ------------------------------------------------------------------------------------ small-to-big
+
+
+def expanded_results(
+    question_set: QuestionSet,
+    max_tokens: int,
+    config: ChunkConfig,
+    sizes: Sequence[int],
+    judging: Judging,
+    query_vectors: np.ndarray | None,
+) -> list[SystemResult]:
+    """One row per ``--expand section:N``: the default config's chunks ranked as its own row ranks them,
+    each ranked chunk returned as the largest section around it of at most N tokens, deduplicated, within
+    the same budget (``chunkline.evaluation.expansion.take_expanded_within_budget``, as ``chunkline
+    evaluate --expand`` returns them)."""
+    import functools
+
+    from chunkline.evaluation.expansion import take_expanded_within_budget, unit_chains
+    from chunkline.evaluation.metrics import RetrievedRange, score_question
+    from chunkline.evaluation.retrieval import Bm25Index, EmbeddingIndex, evaluation_text, reciprocal_rank_fusion
+
+    retrievers, budgets, count_tokens = judging.retrievers, judging.budgets, judging.count_tokens
+    started = time.perf_counter()
+    chunks, sections = [], []
+    texts = {document.doc_id: document.text for document in question_set.documents}
+    for document in question_set.documents:
+        chunked = chunkline.chunk_markdown_with_sections(document.text, config, doc_id=document.doc_id)
+        chunks += [chunk for chunk in chunked.chunks if chunk.end_char > chunk.start_char]
+        sections += chunked.sections
+    token_counts = [count_tokens(chunk.text) for chunk in chunks]
+    chains = unit_chains(chunks, sections, token_counts, lambda section: count_tokens(section.text))
+    count_range = functools.lru_cache(maxsize=None)(lambda doc_id, start, end: count_tokens(texts[doc_id][start:end]))
+    index_texts = [evaluation_text(chunk) for chunk in chunks]
+    bm25 = Bm25Index(index_texts) if "bm25" in retrievers or "hybrid" in retrievers else None
+    vectors = EmbeddingIndex(judging.embedder, index_texts).vectors if query_vectors is not None else None
+    seconds = {"chunk": time.perf_counter() - started}  # chunks, sections, token counts and both indexes
+    started = time.perf_counter()
+    questions = question_set.questions
+    per_size = {
+        size: {
+            retriever: {budget: np.zeros((len(questions), len(METRICS))) for budget in budgets}
+            for retriever in retrievers
+        }
+        for size in sizes
+    }
+    for number, question in enumerate(questions):
+        rankings: dict[str, np.ndarray] = {}
+        if bm25 is not None:
+            rankings["bm25"] = bm25.rank(question.question)
+        if vectors is not None:
+            rankings["wordllama"] = ranking_by_scores(vectors @ query_vectors[number])
+        if "hybrid" in retrievers:
+            rankings["hybrid"] = reciprocal_rank_fusion([rankings["bm25"], rankings["wordllama"]])
+        for size in sizes:
+            for retriever in retrievers:
+                for budget in budgets:
+                    taken = take_expanded_within_budget(rankings[retriever], chains, size, budget, count_range)
+                    ranges = [RetrievedRange(share.doc_id, share.start_char, share.end_char) for share in taken]
+                    score = score_question(ranges, question.references)
+                    per_size[size][retriever][budget][number] = (
+                        score.recall,
+                        score.iou,
+                        score.precision,
+                        float(score.hit),
+                    )
+    seconds["score"] = time.perf_counter() - started  # ranking, expanding and scoring
+    mean_tokens = statistics.fmean(token_counts) if token_counts else 0.0
+    small = sum(1 for count in token_counts if count < SMALL_CHUNK_TOKENS)
+    placement = Placement(chunks=len(chunks), by_own_offset=len(chunks))
+    return [
+        SystemResult(
+            f"{DEFAULT_SYSTEM} (expand section:{size})",
+            max_tokens,
+            len(chunks),
+            mean_tokens,
+            small,
+            placement,
+            per_size[size],
+            seconds if size == sizes[0] else {},
+        )
+        for size in sizes
+    ]
+
+
+def expand_sizes(value: str) -> list[int]:
+    """``--expand section:256,section:512``: the N of each."""
+    from chunkline.evaluation.expansion import parse_expand
+
+    try:
+        return list(dict.fromkeys(parse_expand(item) for item in comma_list(value)))
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 # ------------------------------------------------------------------------------------ paired bootstrap
 
 
@@ -1632,6 +1733,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         metavar="VARIANT",
         help="extra chunkline rows at every size: 'a=1;b=2' is one, 'min_tokens=32/64/128' three",
     )
+    parser.add_argument(
+        "--expand",
+        type=expand_sizes,
+        default=[],
+        metavar="section:N,...",
+        help="small-to-big rows beside the default's at every size: its ranked chunks returned as the largest "
+        "section around each of at most N tokens (section:0: only the deduplication)",
+    )
     parser.add_argument("--retrieval", type=Path, help="the folder of Chroma's chunking evaluation (the chroma set)")
     parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS, help="the markdown corpus folder")
     parser.add_argument("--format", choices=("text", "markdown", "json"), default="text")
@@ -1741,6 +1850,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 progress(
                     f"{question_set.name} / {system.name} / {max_tokens}: {result.chunks} chunks in "
                     + ", ".join(f"{phase} {seconds:.1f} s" for phase, seconds in result.seconds.items())
+                )
+            if args.expand:
+                overlap = overlap_tokens_for(max_tokens, args.overlap_fraction)
+                config = chunkline_config([f"max_tokens={max_tokens}", f"overlap_tokens={overlap}", *args.settings])
+                expanded = expanded_results(question_set, max_tokens, config, args.expand, judging, query_vectors)
+                set_results[max_tokens] += expanded
+                progress(
+                    f"{question_set.name} / small-to-big / {max_tokens}: "
+                    + ", ".join(f"{phase} {seconds:.1f} s" for phase, seconds in expanded[0].seconds.items())
                 )
         run.results[question_set.name] = set_results
         started = time.perf_counter()

@@ -219,6 +219,17 @@ def build_parser() -> argparse.ArgumentParser:
         "(reciprocal rank fusion, k 60); both: embedding and bm25 (default); all: the three",
     )
     evaluate.add_argument(
+        "--expand",
+        dest="expansions",
+        action="append",
+        default=[],
+        type=_expand_mode,
+        metavar="section:N",
+        help="small-to-big: also return, for each ranked chunk, the largest section around it of at most N "
+        "tokens (else the chunk), deduplicated, within the same budget; rows beside the chunks' own "
+        "(repeatable: --expand section:512 --expand section:1024)",
+    )
+    evaluate.add_argument(
         "--format", choices=("table", "json"), default="table", help="table (default) or one JSON object"
     )
     evaluate.add_argument("--report", metavar="PATH", help="also write an HTML page with the charts to PATH")
@@ -573,6 +584,16 @@ def _report_extra_installed(arguments: argparse.Namespace) -> bool:
     return True
 
 
+def _expand_mode(value: str) -> int:
+    """``--expand section:N``'s N."""
+    from chunkline.evaluation.expansion import parse_expand
+
+    try:
+        return parse_expand(value)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def _evaluate_command(arguments: argparse.Namespace) -> int:
     from chunkline.dataset.settings import storage_secrets
     from chunkline.evaluation.corpus import CorpusError, load_input_config, read_corpus
@@ -618,6 +639,7 @@ def _evaluate_command(arguments: argparse.Namespace) -> int:
             budget_tokens=arguments.budget_tokens,
             retrievers=retrievers,
             progress=progress,
+            expansions=list(dict.fromkeys(arguments.expansions)),
         )
     except (QuestionsFileError, CorpusError, EvaluationError, EvaluationExtraMissingError) as error:
         _print_error(arguments, str(error))

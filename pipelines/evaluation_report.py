@@ -26,6 +26,7 @@ _OTHER_COLOR = "#6b7b8c"
 _COLUMNS = (
     ("config", "config", None),
     ("retriever", "retriever", None),
+    ("returns", "returns", None),
     ("recall_percent", "recall %", "{:.1f}"),
     ("precision_percent", "precision %", "{:.2f}"),
     ("iou_percent", "IoU %", "{:.2f}"),
@@ -105,11 +106,16 @@ def _configs_html(configs: dict[str, dict[str, Any]]) -> str:
 
 def render_evaluation_report(data: dict[str, Any], title: str = "chunkline evaluation") -> str:
     """The HTML page for an evaluation's figures (``EvaluationResult.to_dict()``)."""
-    results = data["results"]
+    # What each row returns: chunks, or with --expand section:N the sections around them (charted apart).
+    results = [{**row, "returns": row.get("expand") or "chunks"} for row in data["results"]]
+    charted = [
+        {**row, "config": row["config"] if row["returns"] == "chunks" else f"{row['config']} {row['returns']}"}
+        for row in results
+    ]
     matplotlib = require_matplotlib()
     with matplotlib.style.context("default"), matplotlib.rc_context(_STYLE):
-        recall_image = _image(metric_figure(results, "recall_percent", "Recall"), "Recall by config and retriever")
-        iou_image = _image(metric_figure(results, "iou_percent", "IoU"), "IoU by config and retriever")
+        recall_image = _image(metric_figure(charted, "recall_percent", "Recall"), "Recall by config and retriever")
+        iou_image = _image(metric_figure(charted, "iou_percent", "IoU"), "IoU by config and retriever")
     cards = [
         (_number(data["questions"]), "questions"),
         (_number(data["documents"]), "documents"),

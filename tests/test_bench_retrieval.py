@@ -553,3 +553,34 @@ def test_a_chunkline_setting_that_is_refused_stops_the_run(tmp_path):
     arguments = ["--sets", "markdown", "--corpus", str(corpus), "--retrievers", "bm25", "--set", "max_tokenz=64"]
     with pytest.raises(SystemExit, match="max_tokenz"):
         bench.main(arguments)
+
+
+@pytest.mark.slow
+def test_small_to_big_rows_score_as_chunkline_evaluate_expand_does(tmp_path, text):
+    """The benchmark's ``chunkline (expand section:N)`` rows give each question the figures that
+    ``evaluate_configs(..., expansions=[N])`` gives it: the same rule, on the same chunks and rankings."""
+    from chunkline.evaluation.corpus import load_input_config, read_corpus
+    from chunkline.evaluation.evaluate import evaluate_configs
+
+    corpus = small_corpus(tmp_path, text)
+    question_set = bench.load_markdown_set(corpus, 10, None, count_tokens)
+    config = bench.chunkline_config(["max_tokens=64", "overlap_tokens=6"])
+    sizes = [0, 256, 512]
+    judging = bench.Judging(("bm25",), (600,), count_tokens, None)
+    rows = bench.expanded_results(question_set, 64, config, sizes, judging, None)
+    assert [row.name for row in rows] == [f"chunkline (expand section:{size})" for size in sizes]
+    evaluated = evaluate_configs(
+        read_corpus(load_input_config([str(corpus)], environ={})),
+        question_set.questions,
+        {"default": config},
+        budget_tokens=600,
+        retrievers=["bm25"],
+        expansions=sizes,
+    )
+    for row, result in zip(rows, evaluated.results[1:]):
+        assert result.expand == row.name.removeprefix("chunkline (expand ").removesuffix(")")
+        expected = [(score.recall, score.iou, score.precision, float(score.hit)) for score in result.per_question]
+        assert np.allclose(row.per_question["bm25"][600], np.array(expected))
+    # 64-token chunks reach part of the design opening; its section of at most 512 tokens holds all of it.
+    recalls = [row.per_question["bm25"][600][0, 0] for row in rows]
+    assert 0 < recalls[0] < 1 and recalls[2] == 1

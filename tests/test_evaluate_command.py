@@ -530,3 +530,52 @@ def test_questions_at_the_length_limit_in_rare_characters_embed_in_bounded_memor
     )
     assert status == 0, err
     assert peak_mb < 800, f"peak {peak_mb:.0f} MB"
+
+
+def test_expanded_rows_return_the_section_around_each_ranked_chunk(tmp_path):
+    """--expand section:100 on the hand case at a budget of 31 tokens. BM25 ranks a#1 first for Q1 and Q4: its
+    largest section of at most 100 tokens is all of a.md (23 tokens), returned whole, 8 tokens left; then b#0
+    (9 tokens; b.md, its section, is the same 9) does not fit and is cut as plain retrieval cuts it:
+    b.md[0, floor(37 * 8 / 9) = 32). Q1: reference a.md[62, 88) covered, 90 + 32 = 122 retrieved; Q4: all of
+    a.md[9, 88) (79) covered, where plain retrieval cut a#0 and missed 4 of its characters. section:0 expands
+    nothing and these chunks do not overlap: the chunks' own figures."""
+    from chunkline.evaluation.corpus import load_input_config, read_corpus
+    from chunkline.evaluation.evaluate import evaluate_configs
+    from chunkline.evaluation.questions import load_questions
+
+    corpus_path, questions_path = _tiny_case(tmp_path)
+    corpus = read_corpus(load_input_config([str(corpus_path)], environ={}))
+    questions = [load_questions(str(questions_path))[index] for index in (0, 3)]
+    result = evaluate_configs(
+        corpus, questions, {"hand": HAND_CONFIG}, budget_tokens=31, retrievers=["bm25"], expansions=[100, 0]
+    )
+    assert [(row.retriever, row.expand) for row in result.results] == [
+        ("bm25", None),
+        ("bm25", "section:100"),
+        ("bm25", "section:0"),
+    ]
+    plain, expanded, control = result.results
+    assert [score.recall for score in expanded.per_question] == [1, 1]
+    assert [score.precision for score in expanded.per_question] == pytest.approx([26 / 122, 79 / 122])
+    assert [score.recall for score in plain.per_question] == pytest.approx([1, 75 / 79])
+    assert control.per_question == plain.per_question
+    assert (expanded.retrieved_sections_per_question, expanded.retrieved_chunks_per_question) == (1, 1)
+    assert (control.retrieved_sections_per_question, control.retrieved_chunks_per_question) == (0, 3)
+    assert expanded.retrieved_tokens_per_question == control.retrieved_tokens_per_question == 31
+    assert expanded.to_dict()["expand"] == "section:100" and plain.to_dict()["expand"] is None
+
+
+def test_the_command_shows_what_each_row_returns(capsys, tmp_path):
+    corpus, questions = _tiny_case(tmp_path)
+    arguments = [str(corpus), "--questions", str(questions), "--retriever", "bm25", "--expand", "section:100"]
+    status, out, err = _run(capsys, *arguments, "--expand", "section:0")
+    assert status == 0, err
+    lines = out.splitlines()
+    assert lines[2].split()[:3] == ["config", "retriever", "returns"]
+    assert [line.split()[:3] for line in lines[3:]] == [
+        ["default", "bm25", "chunks"],
+        ["default", "bm25", "section:100"],
+        ["default", "bm25", "section:0"],
+    ]
+    status, _, err = _run(capsys, *arguments[:-1], "sections:100")
+    assert status == 2 and "--expand takes section:N" in err

@@ -374,3 +374,90 @@ def test_the_script_syncs_then_finds_the_passage_offline_and_a_second_run_is_up_
     again = run_script()
     assert again[0] == f"changes: already up to date; {len(sample_chunks)} chunks in {folder}"
     assert again[1:] == first[1:]
+
+
+# --------------------------------------------------------------------------------------------------
+# Small to big: chunks searched in LanceDB, sections handed out (examples/small_to_big_lancedb.py)
+# --------------------------------------------------------------------------------------------------
+
+small_to_big = import_example("small_to_big_lancedb")
+
+
+@pytest.fixture(scope="module")
+def small_to_big_store(sample_dataset, tmp_path_factory) -> str:
+    """The sample dataset's chunks (hashing vectors) and sections in one LanceDB database; its folder."""
+    target = str(tmp_path_factory.mktemp("small-to-big") / "store")
+    load_lancedb.sync(sample_dataset, target, embedder=HASHING)
+    small_to_big.load_sections(sample_dataset, target)
+    return target
+
+
+def _sample_sections(sample_dataset) -> dict[str, dict[str, Any]]:
+    return {row["section_id"]: row for row in read_dataset(sample_dataset, "sections").to_pylist()}
+
+
+@pytest.mark.parametrize("max_section_tokens", [128, 512, 4096])
+def test_small_to_big_hands_out_the_largest_section_around_each_hit_with_its_exact_text(
+    small_to_big_store, sample_dataset, sample_chunks, max_section_tokens
+):
+    passage = PASSAGES["crlf-file"]
+    results = small_to_big.search_sections(
+        small_to_big_store, passage.query, k=5, max_section_tokens=max_section_tokens, embedder=HASHING
+    )
+    sections = _sample_sections(sample_dataset)
+    chunks_by_id = {row["chunk_id"]: row for row in sample_chunks.values()}
+    hits = load_lancedb.search(small_to_big_store, passage.query, k=5, embedder=HASHING)
+    # Every hit is answered once, by the first result that holds it.
+    assert sorted(chunk_id for result in results for chunk_id in result["chunk_ids"]) == sorted(
+        hit["chunk_id"] for hit in hits
+    )
+    assert results[0]["chunk_ids"][0] == hits[0]["chunk_id"] and results[0]["doc_id"] == passage.doc_id
+    for result in results:
+        document = (SAMPLE_CORPUS / result["doc_id"]).read_bytes().decode("utf-8")
+        assert result["text"] == document[result["start_char"] : result["end_char"]]
+        for chunk_id in result["chunk_ids"]:
+            chunk = chunks_by_id[chunk_id]
+            assert result["start_char"] <= chunk["start_char"] and chunk["end_char"] <= result["end_char"]
+        if result["section_id"] is None:
+            continue
+        section = sections[result["section_id"]]
+        assert (result["start_char"], result["end_char"]) == (section["start_char"], section["end_char"])
+        assert result["token_count"] == section["token_count"] <= max_section_tokens
+        # The largest: the section enclosing it holds the chunk too, so it is over the limit (or there is none).
+        parent = sections.get(section["parent_section_id"])
+        assert parent is None or parent["token_count"] > max_section_tokens
+    spans = sorted((r["doc_id"], r["start_char"], r["end_char"]) for r in results)
+    assert all(a[0] != b[0] or a[2] <= b[1] for a, b in zip(spans, spans[1:]))  # nothing handed out twice
+    assert any(result["section_id"] for result in results)
+
+
+def test_small_to_big_with_no_section_small_enough_hands_out_the_hits(small_to_big_store):
+    query = PASSAGES["heading-in-inline-code"].query
+    results = small_to_big.search_sections(small_to_big_store, query, k=4, max_section_tokens=0, embedder=HASHING)
+    hits = load_lancedb.search(small_to_big_store, query, k=4, embedder=HASHING)
+    assert [(r["chunk_ids"], r["section_id"], r["text"]) for r in results] == [
+        ([hit["chunk_id"]], None, hit["text"]) for hit in hits
+    ]
+
+
+@pytest.mark.slow
+def test_the_small_to_big_script_syncs_both_tables_then_prints_sections_offline(sample_dataset, tmp_path):
+    passage = PASSAGES["crlf-file"]
+    folder = tmp_path / "store"
+    script = EXAMPLES / "small_to_big_lancedb.py"
+    command = [sys.executable, "-c", OFFLINE_SCRIPT, str(script), sample_dataset, str(folder), *passage.query.split()]
+    command += ["--embedder", "hashing"]
+
+    def run_script() -> list[str]:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=240)
+        assert result.returncode == 0, result.stderr
+        return result.stdout.splitlines()
+
+    first = run_script()
+    snapshot = read_manifest(sample_dataset)["snapshot"]
+    sections = read_manifest(sample_dataset)["tables"]["sections"]["rows"]
+    assert first[0] == f"load: {snapshot}; {sections} sections in {folder}"
+    assert first[1].split()[1].startswith(f"{passage.doc_id}:")
+    again = run_script()
+    assert again[0] == f"changes: already up to date; {sections} sections in {folder}"
+    assert again[1:] == first[1:]

@@ -6,6 +6,8 @@
 - :mod:`chunkline.evaluation.retrieval`: an offline embedding model (wordllama's static embeddings, shipped in
   its wheel), BM25 (``bm25s``) and their hybrid (reciprocal rank fusion) over chunks, and the retrieved-token
   budget.
+- :mod:`chunkline.evaluation.expansion`: small-to-big retrieval, each ranked chunk handed out as the largest
+  section around it within N tokens, deduplicated, within the same budget (``--expand section:N``).
 - :mod:`chunkline.evaluation.corpus`: the corpus, read as ``chunkline run`` reads it.
 - :mod:`chunkline.evaluation.evaluate`: :func:`evaluate_configs`, every config with every retriever.
 
@@ -37,6 +39,11 @@ _EXPORTS = {
     "evaluation_text": "chunkline.evaluation.retrieval",
     "load_wordllama_embedder": "chunkline.evaluation.retrieval",
     "take_within_budget": "chunkline.evaluation.retrieval",
+    "ExpandedShare": "chunkline.evaluation.expansion",
+    "RetrievalUnit": "chunkline.evaluation.expansion",
+    "parse_expand": "chunkline.evaluation.expansion",
+    "take_expanded_within_budget": "chunkline.evaluation.expansion",
+    "unit_chains": "chunkline.evaluation.expansion",
     "Corpus": "chunkline.evaluation.corpus",
     "CorpusError": "chunkline.evaluation.corpus",
     "load_input_config": "chunkline.evaluation.corpus",

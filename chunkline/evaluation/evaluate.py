@@ -23,8 +23,9 @@ from typing import Any
 import numpy as np
 
 from chunkline.config import ChunkConfig
-from chunkline.engine import chunk_document
+from chunkline.engine import chunk_document, chunk_document_with_sections
 from chunkline.evaluation.corpus import Corpus
+from chunkline.evaluation.expansion import take_expanded_within_budget, unit_chains
 from chunkline.evaluation.metrics import QuestionScores, RetrievedRange, score_question
 from chunkline.evaluation.questions import Question
 from chunkline.evaluation.retrieval import (
@@ -37,7 +38,7 @@ from chunkline.evaluation.retrieval import (
     reciprocal_rank_fusion,
     take_within_budget,
 )
-from chunkline.record import Chunk
+from chunkline.record import Chunk, SectionRecord
 from chunkline.tokenizers import TokenizerFailedError, counter_for
 
 __all__ = [
@@ -86,6 +87,11 @@ class SystemResult:
     retrieved_chunks_per_question: float
     """Mean chunks retrieved for a question, the one cut at the budget included."""
     per_question: tuple[QuestionScores, ...] = field(repr=False, default=())
+    expand: str | None = None
+    """``section:N`` for small-to-big retrieval (:mod:`chunkline.evaluation.expansion`); ``None`` for chunks."""
+    retrieved_sections_per_question: float = 0.0
+    """Mean sections returned for a question (with ``expand``; ``retrieved_chunks_per_question`` then counts
+    the chunks returned as themselves)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -100,6 +106,8 @@ class SystemResult:
             "median_chunk_tokens": self.median_chunk_tokens,
             "retrieved_tokens_per_question": round(self.retrieved_tokens_per_question, 2),
             "retrieved_chunks_per_question": round(self.retrieved_chunks_per_question, 2),
+            "expand": self.expand,
+            "retrieved_sections_per_question": round(self.retrieved_sections_per_question, 2),
         }
 
 
@@ -188,6 +196,30 @@ def chunk_corpus(corpus: Corpus, config: ChunkConfig) -> list[Chunk]:
     return chunks
 
 
+def chunk_corpus_with_sections(corpus: Corpus, config: ChunkConfig) -> tuple[list[Chunk], list[SectionRecord]]:
+    """:func:`chunk_corpus`'s chunks (the same list) and every document's sections."""
+    counter = counter_for(config)
+    chunks: list[Chunk] = []
+    sections: list[SectionRecord] = []
+    for document in corpus.documents.values():
+        try:
+            chunked = chunk_document_with_sections(
+                document.document,
+                config,
+                counter,
+                doc_id=document.doc_id,
+                source_uri=document.source_uri,
+                replaced_bytes=document.replaced_bytes,
+            )
+        except TokenizerFailedError as error:
+            raise EvaluationError(
+                f"{document.doc_id}: {error}; leave it out of the corpus or fix the tokenizer"
+            ) from None
+        chunks.extend(chunked.chunks)
+        sections.extend(chunked.sections)
+    return chunks, sections
+
+
 def _budget_counts(chunks: Sequence[Chunk], config: ChunkConfig) -> np.ndarray:
     """Each chunk's tokens in the budget's tokenizer: the exact counts the chunks carry when the config
     counts in it already."""
@@ -199,6 +231,73 @@ def _budget_counts(chunks: Sequence[Chunk], config: ChunkConfig) -> np.ndarray:
 
 def _ranking(scores: np.ndarray) -> np.ndarray:
     return np.argsort(-scores, kind="stable")
+
+
+class _SmallToBig:
+    """What ``section:N`` retrieval needs of one config's chunks: each chunk's units (the sections around
+    it, then itself) with their budget tokens, and a counter of any part of a document."""
+
+    def __init__(
+        self,
+        corpus: Corpus,
+        chunks: Sequence[Chunk],
+        sections: Sequence[SectionRecord],
+        config: ChunkConfig,
+        counts: np.ndarray,
+    ):
+        count = budget_token_counter()
+        exact = config.tokenizer == BUDGET_TOKENIZER and config.tokenizer_file is None
+        self._texts = {doc_id: document.text for doc_id, document in corpus.documents.items()}
+        self._count = count
+        self.chains = unit_chains(
+            chunks,
+            sections,
+            counts.tolist(),
+            (lambda section: section.token_count) if exact else (lambda section: count(section.text)),
+        )
+
+    def count_range(self, doc_id: str, start_char: int, end_char: int) -> int:
+        return self._count(self._texts[doc_id][start_char:end_char])
+
+
+def _expanded_result(
+    name: str,
+    retriever: str,
+    max_section_tokens: int,
+    rankings: Sequence[np.ndarray],
+    questions: Sequence[Question],
+    small_to_big: _SmallToBig,
+    budget_tokens: int,
+    counts: np.ndarray,
+) -> SystemResult:
+    """The figures of ``section:N`` retrieval over the chunk rankings of one config and retriever."""
+    scores, retrieved_tokens, retrieved_chunks, retrieved_sections = [], [], [], []
+    for question, ranking in zip(questions, rankings):
+        taken = take_expanded_within_budget(
+            ranking, small_to_big.chains, max_section_tokens, budget_tokens, small_to_big.count_range
+        )
+        retrieved = [RetrievedRange(share.doc_id, share.start_char, share.end_char) for share in taken]
+        scores.append(score_question(retrieved, question.references))
+        retrieved_tokens.append(sum(share.tokens for share in taken))
+        sections = sum(share.section_id is not None for share in taken)
+        retrieved_sections.append(sections)
+        retrieved_chunks.append(len(taken) - sections)
+    return SystemResult(
+        config_name=name,
+        retriever=retriever,
+        recall=statistics.fmean(score.recall for score in scores),
+        precision=statistics.fmean(score.precision for score in scores),
+        iou=statistics.fmean(score.iou for score in scores),
+        hit_rate=sum(score.hit for score in scores) / len(scores),
+        chunks=len(counts),
+        mean_chunk_tokens=float(counts.mean()) if len(counts) else 0.0,
+        median_chunk_tokens=float(np.median(counts)) if len(counts) else 0.0,
+        retrieved_tokens_per_question=statistics.fmean(retrieved_tokens),
+        retrieved_chunks_per_question=statistics.fmean(retrieved_chunks),
+        per_question=tuple(scores),
+        expand=f"section:{max_section_tokens}",
+        retrieved_sections_per_question=statistics.fmean(retrieved_sections),
+    )
 
 
 class _Rankings:
@@ -243,13 +342,18 @@ def evaluate_configs(
     retrievers: Sequence[str] = DEFAULT_RETRIEVERS,
     embedder: Embedder | None = None,
     progress: Callable[[str], None] | None = None,
+    expansions: Sequence[int] = (),
 ) -> EvaluationResult:
     """Chunk ``corpus`` with each named config, retrieve for each question with each retriever within
     ``budget_tokens``, and score; ``embedder`` defaults to wordllama's (:func:`load_wordllama_embedder`).
 
     ``retrievers`` names any of :data:`RETRIEVERS`: ``embedding``, ``bm25`` and ``hybrid`` (the two
     rankings fused by reciprocal rank fusion, k 60; each ranking is computed once per config and question,
-    whichever retrievers use it)."""
+    whichever retrievers use it).
+
+    ``expansions`` adds, for each ``N`` in it, rows of small-to-big retrieval beside the chunks' own
+    (``section:N``: each ranked chunk returned as the largest section around it of at most ``N`` tokens,
+    within the same budget; :mod:`chunkline.evaluation.expansion`), from the same rankings."""
     started = time.perf_counter()
     if not questions:
         raise EvaluationError("no questions to evaluate")
@@ -262,6 +366,8 @@ def evaluate_configs(
         )
     if budget_tokens < 1:
         raise EvaluationError(f"the token budget must be at least 1, got {budget_tokens}")
+    if any(max_section_tokens < 0 for max_section_tokens in expansions):
+        raise EvaluationError(f"section:N needs N >= 0, got {min(expansions)}")
     check_references(questions, corpus)
     say = progress or (lambda message: None)
     texts = [question.question for question in questions]
@@ -273,8 +379,14 @@ def evaluate_configs(
     results = []
     for name, config in configs.items():
         say(f"{name}: chunking {len(corpus.documents)} documents ({config.strategy}, max_tokens {config.max_tokens})")
-        chunks = chunk_corpus(corpus, config)
+        small_to_big = None
+        if expansions:
+            chunks, sections = chunk_corpus_with_sections(corpus, config)
+        else:
+            chunks = chunk_corpus(corpus, config)
         counts = _budget_counts(chunks, config)
+        if expansions:
+            small_to_big = _SmallToBig(corpus, chunks, sections, config, counts)
         chunk_texts = [evaluation_text(chunk) for chunk in chunks]
         rankings_of = _Rankings(chunk_texts, texts, embedder=embedder, query_vectors=query_vectors)
         for retriever in retrievers:
@@ -309,6 +421,13 @@ def evaluate_configs(
                     per_question=tuple(scores),
                 )
             )
+            for max_section_tokens in expansions:
+                say(f"{name}: {retriever} retrieval expanded to sections of up to {max_section_tokens} tokens")
+                results.append(
+                    _expanded_result(
+                        name, retriever, max_section_tokens, rankings, questions, small_to_big, budget_tokens, counts
+                    )
+                )
     return EvaluationResult(
         results=tuple(results),
         configs=dict(configs),
@@ -366,10 +485,15 @@ def format_table(result: EvaluationResult) -> str:
         ("median_chunk_tokens", "median tokens", "{:.1f}"),
         ("retrieved_tokens_per_question", "retrieved tokens/q", "{:.1f}"),
     ]
-    rows = [[pattern.format(row[key]) for key, _, pattern in columns] for row in (r.to_dict() for r in result.results)]
+    text_columns = 2  # config and retriever are left-aligned, the figures right-aligned
+    if any(system.expand for system in result.results):
+        # What each row returns: chunks, or with --expand section:N the sections around them.
+        columns.insert(2, ("returns", "returns", "{}"))
+        text_columns = 3
+    dicts = [{**r.to_dict(), "returns": r.expand or "chunks"} for r in result.results]
+    rows = [[pattern.format(row[key]) for key, _, pattern in columns] for row in dicts]
     headers = [label for _, label, _ in columns]
     widths = [max(len(headers[i]), *(len(row[i]) for row in rows)) for i in range(len(columns))]
-    text_columns = 2  # config and retriever are left-aligned, the figures right-aligned
 
     def line(cells: list[str]) -> str:
         return "  ".join(
