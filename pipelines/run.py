@@ -581,6 +581,7 @@ def run_pipeline(
     secret_values = tuple(config.secrets())
     # Listed before the output is touched: an input that is missing or matches nothing publishes nothing.
     listing = list_inputs(config)
+    listed = time.perf_counter()
     lock = acquire_output_lock(
         output_url, run_id, storage_options, expiry_seconds=config.output.lock_expiry_seconds, secrets=secret_values
     )
@@ -594,6 +595,7 @@ def run_pipeline(
         if plan.documents_before is not None and plan.documents_deleted is not None:
             refuse_mass_deletion(config, plan.documents_deleted, plan.documents_before, plan)
         execution = _execution(config, plan, list(beam_args or []))
+        planned = time.perf_counter()
         config = execution.config
         in_process = execution.without_runner
         if not in_process:
@@ -646,6 +648,13 @@ def run_pipeline(
             run_folder.close()
         lock.release()
     total_seconds = time.perf_counter() - started
+    logger.info(
+        "chunkline: stage seconds: listing %.2f, planning %.2f, pipeline %.2f, publish %.2f",
+        listed - started,
+        planned - listed,
+        started + pipeline_seconds - planned,
+        total_seconds - pipeline_seconds,
+    )
     # The staged files were counted: a snapshot without error rows has none to read back.
     errors = read_dataset(output_url, "errors", storage_options=storage_options).to_pylist() if counts["errors"] else []
     figures = _summary_figures(metric_counts, counts)

@@ -16,6 +16,7 @@ import logging
 import os
 import posixpath
 import threading
+import time
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
@@ -572,13 +573,19 @@ def write_tables_in_process(
         raise ValueError("shards must be >= 1")
     # With a core to spare, each spill is written while the next rows are chunked.
     spill = SpillRows(settings, background=(merge_threads(settings.shards) if threads is None else threads) > 1)
+    started = time.perf_counter()
     spills_done = list(run_bundle(spill, rows))
+    spilled = time.perf_counter()
     if threads is None:
         # A merge holds its shard's spilled rows, and the previous snapshot's rows of the shard it compares
         # with or carries over (their part about as large as the rows' share of row_size).
         shard_bytes = spill.shard_bytes + _previous_chunk_bytes(settings)
         threads = merge_threads(settings.shards, max(shard_bytes.values(), default=0))
-    return merge_shards(settings, spills_done, threads)
+    parts = merge_shards(settings, spills_done, threads)
+    logger.info(
+        "chunkline: stage seconds: chunking %.2f, merge %.2f", spilled - started, time.perf_counter() - spilled
+    )
+    return parts
 
 
 def _previous_chunk_bytes(settings: WriteSettings) -> Counter:
