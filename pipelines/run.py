@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any
 from fsspec.core import split_protocol, url_to_fs
 from fsspec.registry import get_filesystem_class
 
+from chunkline.dataset.bundle import BATCH_DOCUMENTS
 from chunkline.dataset.in_process import stage_run_in_process
 from chunkline.dataset.inputs import glob_root
 from chunkline.dataset.layout import staging_url
@@ -307,7 +308,13 @@ def _transforms(
             tuple(config.secrets()),
         )
     return (
-        ReadMarkdown(config, listing_url=listing_url, listing_storage_options=dict(config.output.storage_options)),
+        ReadMarkdown(
+            config,
+            listing_url=listing_url,
+            listing_storage_options=dict(config.output.storage_options),
+            # Documents in batches: one element, one Arrow conversion per batch (chunkline.dataset.bundle).
+            batch_documents=BATCH_DOCUMENTS,
+        ),
         ChunkMarkdown(config, process_hooks=process_hooks),
         # Staged only: the driver holds the lock and publishes once the pipeline succeeded.
         WriteChunkDataset(config, plan=plan, run_id=run_id, publish=False, process_hooks=process_hooks),

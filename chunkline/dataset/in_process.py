@@ -8,7 +8,7 @@ given no Beam argument, full or incremental, and for an incremental plan with at
 :class:`~chunkline.dataset.sink.MergeShard`, the same classes the Beam DoFns are made of) one after the
 other, so the files it stages are those a pipeline would stage, and neither Beam nor a runner is imported.
 The documents stream through: each is read, chunked and buffered for the spill in turn (in batches of up to
-:data:`BATCH_DOCUMENTS` documents, whose rows are converted to Arrow together), and the spill writes its
+:data:`~chunkline.dataset.bundle.BATCH_DOCUMENTS` documents, whose rows are converted to Arrow together), and the spill writes its
 buffer out every ``spill_bytes``, so no more of the corpus's rows is held than on a runner.
 Publishing is the caller's.
 """
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from chunkline.dataset.bundle import run_bundle
+from chunkline.dataset.bundle import BATCH_BYTES, BATCH_DOCUMENTS, batched, run_bundle
 from chunkline.dataset.document_rows import DocumentChunker
 from chunkline.dataset.file_reader import MatchedFileReader
 from chunkline.dataset.inputs import SourceFile
@@ -27,7 +27,7 @@ from chunkline.dataset.settings import RunConfig
 from chunkline.dataset.sink import write_settings_for, write_tables_in_process
 from chunkline.encode_ahead import encode_ahead_default
 
-__all__ = ["BATCH_BYTES", "BATCH_DOCUMENTS", "batches_of", "stage_run_in_process"]
+__all__ = ["batches_of", "stage_run_in_process"]
 
 
 def stage_run_in_process(
@@ -54,25 +54,9 @@ def stage_run_in_process(
     return write_tables_in_process(settings, run_bundle(chunker, batches_of(sources)))
 
 
-BATCH_DOCUMENTS = 64
-"""The most documents chunked into one element (their rows converted to Arrow together)."""
-BATCH_BYTES = 1_000_000
-"""A batch also ends once its documents hold this many bytes, so that a few large documents are not held
-together for long."""
-
-
 def batches_of(
     sources: Iterable[SourceFile], documents: int = BATCH_DOCUMENTS, data_bytes: int = BATCH_BYTES
 ) -> Iterator[list[SourceFile]]:
-    """``sources`` in lists of at most ``documents`` documents, a list ending early once it holds
+    """Read ``sources`` in lists of at most ``documents`` documents, a list ending early once it holds
     ``data_bytes`` bytes of file data."""
-    batch: list[SourceFile] = []
-    held = 0
-    for source in sources:
-        batch.append(source)
-        held += len(source.data or b"")
-        if len(batch) >= documents or held >= data_bytes:
-            yield batch
-            batch, held = [], 0
-    if batch:
-        yield batch
+    return batched(sources, lambda source: len(source.data or b""), documents, data_bytes)
