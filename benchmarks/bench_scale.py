@@ -409,7 +409,11 @@ def one_round(
     default_arguments: list[str] = []
     cpu_of = None
     if arguments.runner == "dask":
-        default_arguments = ["--runner", "DaskRunner", f"--dask_client_address={cluster.scheduler_address}"]
+        default_arguments = [
+            "--runner",
+            "apache_beam.runners.dask.dask_runner.DaskRunner",
+            f"--dask_client_address={cluster.scheduler_address}",
+        ]
         import psutil
 
         cpu_of = [psutil.Process(worker.process.pid) for worker in cluster.workers.values()]
