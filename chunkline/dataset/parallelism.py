@@ -11,7 +11,7 @@ incremental run that chunks little, a one-core machine) or when the output is ``
 processes cannot share this process's memory). The sizes are the listing's; a file whose size the storage
 did not report counts as the mean of those it did. The number of documents does not count: a run reads and
 chunks them in batches (:data:`~chunkline.dataset.bundle.BATCH_DOCUMENTS`), one element per batch for the
-runner, so many small pages cost the workers about what the same bytes in fewer files do.
+runner, so what the runner adds per document does not grow with the number of documents.
 """
 
 from __future__ import annotations
