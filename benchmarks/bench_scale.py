@@ -215,12 +215,14 @@ if counter:
         os.close(descriptor)
         return counted(*args, **kwargs)
     file_reader.read_source = read_source
-from chunkline.pipelines.cli import main
-status = main(sys.argv[1:])
+import chunkline.pipelines.cli as cli
+cli._fork_workers = True  # as the chunkline program runs: forked workers, its process tuning
+status = cli.main(sys.argv[1:])
 with open("/proc/self/status") as handle:
     peak = [line.split()[1] for line in handle if line.startswith("VmHWM")][0]
 print(json.dumps({"status": status, "driver_hwm_kb": int(peak)}), flush=True)
-sys.exit(status)
+sys.stderr.flush()
+os._exit(status)  # as the chunkline program exits: without the interpreter's teardown
 """
 
 _LOOP_SNIPPET = """
