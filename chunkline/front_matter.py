@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import base64
 import math
+import re
 from datetime import date, datetime, time
 from typing import Any
 
@@ -81,6 +82,59 @@ def load_front_matter(format_name: str, body: str) -> dict[str, Any]:
 
 
 def _load_yaml(body: str) -> dict[str, Any]:
+    flat = flat_yaml(body)
+    if flat is not None:
+        return flat
+    return _load_yaml_safely(body)
+
+
+# The common front matter, ``key: value`` lines of plain words, quoted text, whole numbers and booleans,
+# read without a YAML parser: what PyYAML's safe loader (YAML 1.1) gives for exactly these lines.
+_FLAT_KEY = r"[A-Za-z_][A-Za-z0-9_-]*"
+# A plain scalar that starts with a letter resolves to a bool, a null or text (YAML 1.1's numbers,
+# dates and merge keys start with a digit, a sign, a dot or "<"); its characters cannot start a comment,
+# a flow collection or a mapping value.
+_FLAT_PLAIN = r"[A-Za-z][A-Za-z0-9 _.,()/'!?&+*=;$%@^~-]*(?<! )"
+_FLAT_INT = r"-?(?:0|[1-9][0-9]{0,17})"
+# Quoted text on one line, without escapes or its own quote, of characters YAML reads as themselves.
+_FLAT_QUOTED_CHARS = r"""[^\\"'\x00-\x1f\x7f-\x9f\u2028\u2029\ufeff\ud800-\udfff\ufffe\uffff]*"""
+_FLAT_LINE = re.compile(
+    rf"({_FLAT_KEY}): +(?:(?P<int>{_FLAT_INT})|(?P<plain>{_FLAT_PLAIN})"
+    rf"|\"(?P<double>{_FLAT_QUOTED_CHARS})\"|'(?P<single>{_FLAT_QUOTED_CHARS})')"
+)
+_YAML_BOOLS = {
+    **dict.fromkeys(("yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON"), True),
+    **dict.fromkeys(("no", "No", "NO", "false", "False", "FALSE", "off", "Off", "OFF"), False),
+}
+_YAML_NULLS = frozenset(("null", "Null", "NULL"))
+
+
+def flat_yaml(body: str) -> dict[str, Any] | None:
+    """The mapping of front matter made only of ``key: value`` lines (a key of letters, digits, ``_`` and
+    ``-``; a value that is a whole number, a plain word or phrase starting with a letter, or text in
+    quotes without escapes), as the safe loader would give it; None for anything else, which the safe
+    loader then reads."""
+    data: dict[str, Any] = {}
+    for line in body.split("\n"):
+        if not line:
+            continue
+        match = _FLAT_LINE.fullmatch(line)
+        if match is None:
+            return None
+        key, number, plain, double, single = match.groups()
+        if number is not None:
+            data[key] = int(number)
+        elif plain is not None:
+            if plain in _YAML_BOOLS:
+                data[key] = _YAML_BOOLS[plain]
+            else:
+                data[key] = None if plain in _YAML_NULLS else plain
+        else:
+            data[key] = double if double is not None else single
+    return data or None
+
+
+def _load_yaml_safely(body: str) -> dict[str, Any]:
     import yaml
 
     try:

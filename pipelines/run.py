@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any
 from fsspec.core import split_protocol, url_to_fs
 from fsspec.registry import get_filesystem_class
 
+from chunkline.dataset.bundle import BATCH_DOCUMENTS
 from chunkline.dataset.in_process import stage_run_in_process
 from chunkline.dataset.inputs import glob_root
 from chunkline.dataset.layout import staging_url
@@ -309,7 +310,13 @@ def _transforms(
             tuple(config.secrets()),
         )
     return (
-        ReadMarkdown(config, listing_url=listing_url, listing_storage_options=dict(config.output.storage_options)),
+        ReadMarkdown(
+            config,
+            listing_url=listing_url,
+            listing_storage_options=dict(config.output.storage_options),
+            # Documents in batches: one element, one Arrow conversion per batch (chunkline.dataset.bundle).
+            batch_documents=BATCH_DOCUMENTS,
+        ),
         ChunkMarkdown(config, process_hooks=process_hooks),
         # Staged only: the driver holds the lock and publishes once the pipeline succeeded.
         WriteChunkDataset(config, plan=plan, run_id=run_id, publish=False, process_hooks=process_hooks),
@@ -583,6 +590,7 @@ def run_pipeline(
     secret_values = tuple(config.secrets())
     # Listed before the output is touched: an input that is missing or matches nothing publishes nothing.
     listing = list_inputs(config)
+    listed = time.perf_counter()
     lock = acquire_output_lock(
         output_url, run_id, storage_options, expiry_seconds=config.output.lock_expiry_seconds, secrets=secret_values
     )
@@ -596,6 +604,7 @@ def run_pipeline(
         if plan.documents_before is not None and plan.documents_deleted is not None:
             refuse_mass_deletion(config, plan.documents_deleted, plan.documents_before, plan)
         execution = _execution(config, plan, list(beam_args or []))
+        planned = time.perf_counter()
         config = execution.config
         in_process = execution.without_runner
         if not in_process:
@@ -648,6 +657,13 @@ def run_pipeline(
             run_folder.close()
         lock.release()
     total_seconds = time.perf_counter() - started
+    logger.info(
+        "chunkline: stage seconds: listing %.2f, planning %.2f, pipeline %.2f, publish %.2f",
+        listed - started,
+        planned - listed,
+        started + pipeline_seconds - planned,
+        total_seconds - pipeline_seconds,
+    )
     # The staged files were counted: a snapshot without error rows has none to read back.
     errors = read_dataset(output_url, "errors", storage_options=storage_options).to_pylist() if counts["errors"] else []
     figures = _summary_figures(metric_counts, counts)

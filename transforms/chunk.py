@@ -54,7 +54,8 @@ class _ChunkDocumentsFn(DocumentChunker, beam.DoFn):
 
 class ChunkDocuments(beam.PTransform):
     """Chunk each :class:`~chunkline.dataset.inputs.SourceFile` into the list of its ``(table, row)`` pairs for ``chunks``,
-    ``documents`` and ``errors``."""
+    ``documents`` and ``errors``; a list of them (a batch, as :class:`~chunkline.transforms.ReadMarkdown`
+    gives with ``batch_documents``) into one list of all their pairs, converted to Arrow together."""
 
     def __init__(
         self,

@@ -15,10 +15,11 @@ root is missing or cannot be listed, or that matches no file, fails the pipeline
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import apache_beam as beam
 
-from chunkline.dataset.bundle import run_bundle
+from chunkline.dataset.bundle import batched, run_bundle
 from chunkline.dataset.file_reader import MatchedFileReader
 from chunkline.dataset.inputs import SourceFile
 from chunkline.dataset.listing import largest_first, read_listing
@@ -48,12 +49,22 @@ class _ReadFileFn(MatchedFileReader, beam.DoFn):
 class _ListedDocumentsFn(beam.DoFn):
     """The documents of a listing staged by :func:`chunkline.dataset.listing.write_listing`, in its order."""
 
-    def __init__(self, storage_options: dict | None, secrets: tuple[str, ...]):
+    def __init__(self, storage_options: dict | None, secrets: tuple[str, ...], batch_documents: int = 0):
         self._storage_options = storage_options
         self._secrets = secrets
+        self._batch_documents = batch_documents
 
-    def process(self, listing_url: str) -> Iterator[tuple[str, list[SourceFile]]]:
-        yield from read_listing(listing_url, self._storage_options, self._secrets)
+    def process(self, listing_url: str) -> Iterator[Any]:
+        listing = read_listing(listing_url, self._storage_options, self._secrets)
+        if self._batch_documents < 2:
+            yield from listing
+            return
+        yield from batched(listing, _listed_bytes, self._batch_documents)
+
+
+def _listed_bytes(document: tuple[str, list[SourceFile]]) -> int:
+    files = document[1]
+    return (files[0].size_bytes or 0) if files else 0
 
 
 class ReadMarkdown(beam.PTransform):
@@ -76,7 +87,11 @@ class ReadMarkdown(beam.PTransform):
     workers by a reshuffle; without it the transform lists the inputs itself. ``listing_url``, the same
     pairs staged by :func:`chunkline.dataset.listing.write_listing` (which orders them as
     :func:`~chunkline.dataset.listing.largest_first` does), keeps a long list out of the job's graph: only the URL travels in it, read with
-    ``listing_storage_options``."""
+    ``listing_storage_options``. With a ``listing_url`` and ``batch_documents`` of 2 or more, the output's
+    elements are lists of up to that many :class:`~chunkline.dataset.inputs.SourceFile` (fewer once they hold
+    :data:`~chunkline.dataset.bundle.BATCH_BYTES`), each list one element through the reshuffle and the
+    steps after it (:class:`~chunkline.transforms.ChunkMarkdown` chunks a list into one element of all its
+    documents' rows): a run of many small documents pays the runner's cost per element once per batch."""
 
     def __init__(
         self,
@@ -85,6 +100,7 @@ class ReadMarkdown(beam.PTransform):
         matched: list[tuple[str, list[SourceFile]]] | None = None,
         listing_url: str | None = None,
         listing_storage_options: dict | None = None,
+        batch_documents: int = 0,
     ):
         super().__init__()
         if isinstance(inputs, RunConfig):
@@ -101,6 +117,7 @@ class ReadMarkdown(beam.PTransform):
         self._matched = matched
         self._listing_url = listing_url
         self._listing_storage_options = listing_storage_options
+        self._batch_documents = batch_documents
 
     def expand(self, pipeline: beam.pvalue.PBegin | beam.PCollection[str]) -> beam.PCollection[SourceFile]:
         if isinstance(pipeline, beam.PCollection):
@@ -117,7 +134,8 @@ class ReadMarkdown(beam.PTransform):
             grouped = (
                 pipeline
                 | "Listing" >> beam.Create([self._listing_url], reshuffle=False)
-                | "ListedFiles" >> beam.ParDo(_ListedDocumentsFn(self._listing_storage_options, self._secrets))
+                | "ListedFiles"
+                >> beam.ParDo(_ListedDocumentsFn(self._listing_storage_options, self._secrets, self._batch_documents))
                 | "SpreadReads" >> beam.Reshuffle()
             )
         elif self._matched is not None:

@@ -10,10 +10,39 @@ transforms' own code and writes exactly the same files, without importing Beam.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
 
-__all__ = ["BundleStep", "run_bundle"]
+__all__ = ["BATCH_BYTES", "BATCH_DOCUMENTS", "BundleStep", "batched", "run_bundle"]
+
+T = TypeVar("T")
+
+BATCH_DOCUMENTS = 64
+"""The most documents read and chunked as one element (their rows converted to Arrow together): a run's
+cost per element (a runner's encoding and dispatch, a conversion's set-up) is paid once for them all."""
+BATCH_BYTES = 1_000_000
+"""A batch also ends once its documents hold this many bytes, so that large documents are not held
+together, and a reshuffle can still spread a corpus of a few large files over the workers."""
+
+
+def batched(
+    items: Iterable[T],
+    size_of: Callable[[T], int],
+    documents: int = BATCH_DOCUMENTS,
+    data_bytes: int = BATCH_BYTES,
+) -> Iterator[list[T]]:
+    """``items`` in lists of at most ``documents``, a list ending early once its items' ``size_of`` add up
+    to ``data_bytes``."""
+    batch: list[T] = []
+    held = 0
+    for item in items:
+        batch.append(item)
+        held += size_of(item)
+        if len(batch) >= documents or held >= data_bytes:
+            yield batch
+            batch, held = [], 0
+    if batch:
+        yield batch
 
 
 class BundleStep:

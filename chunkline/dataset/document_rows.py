@@ -17,6 +17,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -42,10 +43,11 @@ DocumentRows = list[tuple[str, dict[str, Any]]]
 
 
 class ConvertedRows(list):
-    """A chunked document's rows (``(table, row dict)`` pairs, as :data:`DocumentRows`), with ``arrays``: the
-    same rows already converted to Arrow, one struct array of the table's columns per table. The chunker
-    converts every document it chunks (a value its table cannot hold is the document's error row), and the
-    spill writes those arrays as they are instead of converting the rows a second time."""
+    """A chunked document's rows, or a batch of documents' rows (``(table, row dict)`` pairs, as
+    :data:`DocumentRows`), with ``arrays``: the same rows already converted to Arrow, one struct array of the
+    table's columns per table, its rows in the order of that table's pairs. The chunker converts every
+    document it chunks (a value its table cannot hold is the document's error row), and the spill writes
+    those arrays as they are instead of converting the rows a second time."""
 
     def __init__(self, rows: DocumentRows, arrays: dict[str, pa.StructArray]):
         super().__init__(rows)
@@ -90,14 +92,62 @@ class DocumentChunker(BundleStep):
         self._bytes_done = 0
         self._last_report = time.monotonic()
 
-    def process(self, source: SourceFile) -> Iterator[list[tuple[str, dict[str, Any]]]]:
-        # One element per document: a runner's cost per element is paid once, not once per chunk.
+    def process(self, source: SourceFile | list[SourceFile]) -> Iterator[list[tuple[str, dict[str, Any]]]]:
+        # One element per document: a runner's cost per element is paid once, not once per chunk. A list of
+        # documents (a batch) is chunked into one element for all of them (see rows_of_batch).
+        if isinstance(source, list):
+            yield from self.rows_of_batch(source)
+            return
         yield self._rows(source)
 
     def _rows(self, source: SourceFile) -> list[tuple[str, dict[str, Any]]]:
         """The document's rows: its chunks and its ``documents`` row, or its error rows. Every step that
         looks at the document's bytes, text or front matter runs in here, so that whatever one document
         holds becomes its own error row and never an exception out of the DoFn (which would fail the run)."""
+        outcome = self._chunked(source)
+        if not isinstance(outcome, _ChunkedDocument):
+            return outcome
+        try:
+            arrays = _rows_as_arrays(outcome.rows, self._row_types)
+        except _Problem as problem:
+            return self._failed(outcome, problem)
+        self._count_chunked(outcome)
+        return ConvertedRows(outcome.rows, arrays)
+
+    def rows_of_batch(self, sources: list[SourceFile]) -> list[DocumentRows]:
+        """The rows of several documents, as one element: each document is chunked as :meth:`_rows` does,
+        and the rows of all of them are converted to Arrow together (one conversion per table, rather than
+        one per document and table). When some row cannot be stored, each document is converted on its own
+        instead, and the documents whose rows do not fit are their own error rows, as one at a time; the
+        elements are then one per document."""
+        outcomes = [self._chunked(source) for source in sources]
+        rows: DocumentRows = [
+            pair
+            for outcome in outcomes
+            for pair in (outcome.rows if isinstance(outcome, _ChunkedDocument) else outcome)
+        ]
+        try:
+            arrays = _rows_as_arrays(rows, self._row_types)
+        except _Problem:
+            return [self._converted_alone(outcome) for outcome in outcomes]
+        for outcome in outcomes:
+            if isinstance(outcome, _ChunkedDocument):
+                self._count_chunked(outcome)
+        return [ConvertedRows(rows, arrays)]
+
+    def _converted_alone(self, outcome: _ChunkedDocument | DocumentRows) -> DocumentRows:
+        if not isinstance(outcome, _ChunkedDocument):
+            return outcome  # a document that did not chunk: its rows, counted already
+        try:
+            arrays = _rows_as_arrays(outcome.rows, self._row_types)
+        except _Problem as problem:
+            return self._failed(outcome, problem)
+        self._count_chunked(outcome)
+        return ConvertedRows(outcome.rows, arrays)
+
+    def _chunked(self, source: SourceFile) -> _ChunkedDocument | DocumentRows:
+        """The document chunked, its rows not yet converted; or the rows of a document that did not chunk
+        (counted)."""
         if source.problem is not None:
             return self._counted(list(self._problem_rows(source, source.problem)))
         data = source.data or b""
@@ -105,14 +155,22 @@ class DocumentChunker(BundleStep):
         try:
             rows = self._chunk_rows(source, data, document_row)
         except _Problem as problem:
-            failure = FileProblem(problem.stage, problem.error_type, problem.message)
-            # A fresh row: the failed one may hold half of an ok row's values; how it decoded still holds.
-            failed_row = self._document_row(source, data)
-            failed_row["encoding"] = document_row["encoding"]
-            return self._counted(list(self._problem_rows(source, failure, failed_row)))
-        self._progress(len(data))
-        self.count_document(document_row, [row["token_count"] for table, row in rows if table == CHUNKS])
-        return rows
+            return self._failed(_ChunkedDocument(source, data, document_row, []), problem)
+        return _ChunkedDocument(source, data, document_row, rows)
+
+    def _failed(self, outcome: _ChunkedDocument, problem: _Problem) -> DocumentRows:
+        """The error rows of a document whose chunking or rows failed with ``problem`` (counted)."""
+        failure = FileProblem(problem.stage, problem.error_type, problem.message)
+        # A fresh row: the failed one may hold half of an ok row's values; how it decoded still holds.
+        failed_row = self._document_row(outcome.source, outcome.data)
+        failed_row["encoding"] = outcome.document_row["encoding"]
+        return self._counted(list(self._problem_rows(outcome.source, failure, failed_row)))
+
+    def _count_chunked(self, outcome: _ChunkedDocument) -> None:
+        self._progress(len(outcome.data))
+        self.count_document(
+            outcome.document_row, [row["token_count"] for table, row in outcome.rows if table == CHUNKS]
+        )
 
     def count_document(self, document_row: dict[str, Any], chunk_token_counts: list[int]) -> None:
         """Called with each document's ``documents`` row and its chunks' token counts (the Beam step counts
@@ -128,7 +186,8 @@ class DocumentChunker(BundleStep):
     def _chunk_rows(
         self, source: SourceFile, data: bytes, document_row: dict[str, Any]
     ) -> list[tuple[str, dict[str, Any]]]:
-        """The rows of a document that chunks; raises :class:`_Problem` for one that does not."""
+        """The rows of a document that chunks, not yet converted; raises :class:`_Problem` for one that does
+        not."""
         with _failures_as_problems("decode", "the file could not be decoded"):
             try:
                 text, encoding, replaced_bytes = decode_file(data, self._encoding_errors)
@@ -180,7 +239,7 @@ class DocumentChunker(BundleStep):
                 ),
             )
             rows.append((DOCUMENTS, document_row))
-        return ConvertedRows(rows, _rows_as_arrays(rows, self._row_types))
+        return rows
 
     def _promote_front_matter(
         self, source: SourceFile, data: dict[str, Any] | None, rows: list[tuple[str, dict[str, Any]]]
@@ -264,6 +323,16 @@ def section_row(section: Any) -> dict[str, Any]:
     return row
 
 
+@dataclass
+class _ChunkedDocument:
+    """A document that chunked, before its rows are converted to Arrow."""
+
+    source: SourceFile
+    data: bytes
+    document_row: dict[str, Any]
+    rows: DocumentRows
+
+
 class _Problem(Exception):
     def __init__(self, stage: str, error_type: str, message: str):
         super().__init__(message)
@@ -290,7 +359,7 @@ def _failures_as_problems(stage: str, what_failed: str | None = None) -> Iterato
 
 
 def _rows_as_arrays(rows: DocumentRows, row_types: dict[str, pa.StructType]) -> dict[str, pa.StructArray]:
-    """The document's rows converted to Arrow as the writer stores them (``row_types``: each table's columns
+    """Documents' rows converted to Arrow as the writer stores them (``row_types``: each table's columns
     as a struct type, from the run's :func:`~chunkline.schemas.table_schemas`), one struct array per table;
     a value its table cannot hold is this document's error row here rather than a failed write of a whole
     shard later."""

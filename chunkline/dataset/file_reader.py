@@ -1,8 +1,9 @@
 """Reading a matched document's file, without Beam: the read step of a run.
 
 :class:`MatchedFileReader` takes ``(doc_id, matched files)`` (the driver's listing, or the matches grouped
-by ``doc_id`` in a pipeline), settles which file is the document's (:func:`~chunkline.dataset.inputs.choose_source`:
-the others are reported as skipped) and reads it (:func:`~chunkline.dataset.inputs.read_source`). The Beam
+by ``doc_id`` in a pipeline), or a list of them (a batch, read into one list of its files), settles which
+file is the document's (:func:`~chunkline.dataset.inputs.choose_source`: the others are reported as
+skipped) and reads it (:func:`~chunkline.dataset.inputs.read_source`). The Beam
 DoFn of :class:`~chunkline.transforms.ReadMarkdown` subclasses it; a run without a runner calls it
 directly (:func:`chunkline.dataset.bundle.run_bundle`).
 """
@@ -47,7 +48,13 @@ class MatchedFileReader(BundleStep):
             self._filesystems[key] = fresh_filesystem(source.source_uri, self._config.storage_options)[0]
         return self._filesystems[key]
 
-    def process(self, element: tuple[str, Any]) -> Iterator[SourceFile]:
+    def process(self, element: tuple[str, Any] | list[tuple[str, Any]]) -> Iterator[SourceFile | list[SourceFile]]:
+        if isinstance(element, list):  # a batch of documents: one element of all their files
+            yield [source for document in element for source in self._read(document)]
+            return
+        yield from self._read(element)
+
+    def _read(self, element: tuple[str, Any]) -> Iterator[SourceFile]:
         doc_id, matches = element
         chosen, skipped = choose_source(doc_id, matches)
         yield from skipped

@@ -7,23 +7,27 @@ given no Beam argument, full or incremental, and for an incremental plan with at
 :class:`~chunkline.dataset.document_rows.DocumentChunker`, :class:`~chunkline.dataset.sink.SpillRows` and
 :class:`~chunkline.dataset.sink.MergeShard`, the same classes the Beam DoFns are made of) one after the
 other, so the files it stages are those a pipeline would stage, and neither Beam nor a runner is imported.
-The documents stream through: each is read, chunked and buffered for the spill in turn, and the spill
-writes its buffer out every ``spill_bytes``, so no more of the corpus's rows is held than on a runner.
+The documents stream through: each is read, chunked and buffered for the spill in turn (in batches of up to
+:data:`~chunkline.dataset.bundle.BATCH_DOCUMENTS` documents, whose rows are converted to Arrow together), and the spill writes its
+buffer out every ``spill_bytes``, so no more of the corpus's rows is held than on a runner.
 Publishing is the caller's.
 """
 
 from __future__ import annotations
 
-from chunkline.dataset.bundle import run_bundle
+from collections.abc import Iterable, Iterator
+
+from chunkline.dataset.bundle import BATCH_BYTES, BATCH_DOCUMENTS, batched, run_bundle
 from chunkline.dataset.document_rows import DocumentChunker
 from chunkline.dataset.file_reader import MatchedFileReader
+from chunkline.dataset.inputs import SourceFile
 from chunkline.dataset.process_hooks import NO_PROCESS_HOOKS, ProcessHooks
 from chunkline.dataset.rebuild import RebuildPlan, write_shard_plans
 from chunkline.dataset.settings import RunConfig
 from chunkline.dataset.sink import write_settings_for, write_tables_in_process
 from chunkline.encode_ahead import encode_ahead_default
 
-__all__ = ["stage_run_in_process"]
+__all__ = ["batches_of", "stage_run_in_process"]
 
 
 def stage_run_in_process(
@@ -47,4 +51,12 @@ def stage_run_in_process(
         encode_ahead=encode_ahead_default(),
         process_hooks=process_hooks,
     )
-    return write_tables_in_process(settings, run_bundle(chunker, sources))
+    return write_tables_in_process(settings, run_bundle(chunker, batches_of(sources)))
+
+
+def batches_of(
+    sources: Iterable[SourceFile], documents: int = BATCH_DOCUMENTS, data_bytes: int = BATCH_BYTES
+) -> Iterator[list[SourceFile]]:
+    """Read ``sources`` in lists of at most ``documents`` documents, a list ending early once it holds
+    ``data_bytes`` bytes of file data."""
+    return batched(sources, lambda source: len(source.data or b""), documents, data_bytes)

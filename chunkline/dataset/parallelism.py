@@ -9,7 +9,9 @@ beat the in-process run from about 10 MB to chunk on, and a 0.2 MB corpus gains 
 this process may run on, and stays in-process when that makes fewer than two (a small corpus, an
 incremental run that chunks little, a one-core machine) or when the output is ``memory://`` (worker
 processes cannot share this process's memory). The sizes are the listing's; a file whose size the storage
-did not report counts as the mean of those it did.
+did not report counts as the mean of those it did. The number of documents does not count: a run reads and
+chunks them in batches (:data:`~chunkline.dataset.bundle.BATCH_DOCUMENTS`), one element per batch for the
+runner, so what the runner adds per document does not grow with the number of documents.
 """
 
 from __future__ import annotations

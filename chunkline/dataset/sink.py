@@ -16,6 +16,7 @@ import logging
 import os
 import posixpath
 import threading
+import time
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
@@ -167,8 +168,8 @@ class SpillRows(BundleStep):
 
     def process(self, element: list[tuple[str, dict[str, Any]]]) -> Iterator[int]:
         arrays = getattr(element, "arrays", None)
-        shard = self._document_shard(element) if arrays is not None else None
-        if shard is None:
+        shards = self._row_shards(element) if arrays is not None else None
+        if shards is None:
             for table, row in element:
                 if table not in ROW_TABLES:
                     raise ValueError(f"row for unknown table {table!r}")
@@ -180,21 +181,40 @@ class SpillRows(BundleStep):
             for table, array in arrays.items():
                 if table not in ROW_TABLES:
                     raise ValueError(f"row for unknown table {table!r}")
-                self._arrays[(table, shard)].append(array)
-            size = sum(row_size(row) for _, row in element)
-            self._buffered_bytes += size
-            self.shard_bytes[shard] += size
+                table_shards = shards[table]
+                if len(set(table_shards)) == 1:
+                    self._arrays[(table, table_shards[0])].append(array)
+                    continue
+                positions: dict[int, list[int]] = defaultdict(list)
+                for position, shard in enumerate(table_shards):
+                    positions[shard].append(position)
+                for shard, taken in positions.items():
+                    self._arrays[(table, shard)].append(array.take(pa.array(taken, pa.int64())))
+            for (_, row), shard in zip(element, shards[""]):
+                size = row_size(row)
+                self._buffered_bytes += size
+                self.shard_bytes[shard] += size
         if self._buffered_bytes >= self._settings.spill_bytes:
             yield self._spill()
 
-    def _document_shard(self, element: Any) -> int | None:
-        """The shard of a converted document's rows, all of one ``doc_id`` and converted to this run's
-        columns; None when they are not (a chunker configured with other front-matter columns), and the
-        rows are then converted here."""
+    def _row_shards(self, element: Any) -> dict[str, list[int]] | None:
+        """The shard of each row of converted rows (one document's or a batch's), per table in the order of
+        its array, and under ``""`` in the order of the element's pairs; None when the rows are not
+        converted to this run's columns (a chunker configured with other front-matter columns), and are
+        then converted here."""
         if any(array.type != self._row_types.get(table) for table, array in element.arrays.items()):
             return None
-        doc_ids = {row["doc_id"] for _, row in element}
-        return shard_of(doc_ids.pop(), self._settings.shards) if len(doc_ids) == 1 else None
+        shard_count = self._settings.shards
+        by_doc_id: dict[str, int] = {}
+        shards: dict[str, list[int]] = defaultdict(list)
+        for table, row in element:
+            doc_id = row["doc_id"]
+            shard = by_doc_id.get(doc_id)
+            if shard is None:
+                shard = by_doc_id[doc_id] = shard_of(doc_id, shard_count)
+            shards[table].append(shard)
+            shards[""].append(shard)
+        return shards
 
     def finish_bundle(self) -> None:
         self._spill(last=True)
@@ -608,13 +628,17 @@ def write_tables_in_process(
         raise ValueError("shards must be >= 1")
     # With a core to spare, each spill is written while the next rows are chunked.
     spill = SpillRows(settings, background=(merge_threads(settings.shards) if threads is None else threads) > 1)
+    started = time.perf_counter()
     spills_done = list(run_bundle(spill, rows))
+    spilled = time.perf_counter()
     if threads is None:
         # A merge holds its shard's spilled rows, and the previous snapshot's rows of the shard it compares
         # with or carries over (their part about as large as the rows' share of row_size).
         shard_bytes = spill.shard_bytes + _previous_chunk_bytes(settings)
         threads = merge_threads(settings.shards, max(shard_bytes.values(), default=0))
-    return merge_shards(settings, spills_done, threads)
+    parts = merge_shards(settings, spills_done, threads)
+    logger.info("chunkline: stage seconds: chunking %.2f, merge %.2f", spilled - started, time.perf_counter() - spilled)
+    return parts
 
 
 def _previous_chunk_bytes(settings: WriteSettings) -> Counter:

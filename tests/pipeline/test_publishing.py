@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 from fsspec.implementations.local import LocalFileSystem
 
+import chunkline.dataset.inputs as inputs_module
 import chunkline.dataset.publish as publish_module
 import chunkline.dataset.sink as sink_module
 from chunkline.dataset.merge import shard_of
@@ -415,6 +416,8 @@ def test_credentials_are_never_written_or_printed(tmp_path, monkeypatch, capsys,
         return original_open(self, path, mode, *args, **kwargs)
 
     monkeypatch.setattr(LocalFileSystem, "_open", storage_that_echoes_credentials)
+    # Every read through the storage's open (a local file is otherwise read with plain system calls).
+    monkeypatch.setattr(inputs_module, "_read_local_file", lambda path, limit: None)
     caplog.set_level(logging.DEBUG, logger="chunkline")
     caplog.set_level(logging.INFO)
     code = main(

@@ -1,0 +1,135 @@
+"""Documents chunked in batches: one Arrow conversion per table for a batch, the same rows as one document
+at a time, and a bad document in the middle of a batch still its own error row."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pyarrow as pa
+import pytest
+
+import chunkline.registry as registry_module
+from chunkline.config import ChunkConfig
+from chunkline.dataset.bundle import run_bundle
+from chunkline.dataset.document_rows import DOCUMENTS, ERRORS, DocumentChunker
+from chunkline.dataset.in_process import batches_of
+from chunkline.dataset.inputs import FileProblem, SourceFile
+from chunkline.dataset.sink import SpillRows, WriteSettings
+from chunkline.record import ChunkSpan
+from chunkline.strategies.headings import HeadingsParams
+
+MODIFIED = datetime(2026, 1, 2, tzinfo=timezone.utc)
+
+
+def source(doc_id: str, text: str | None = None, problem: FileProblem | None = None) -> SourceFile:
+    data = None if text is None else text.encode("utf-8")
+    return SourceFile(doc_id, f"file:///docs/{doc_id}", 0, f"/docs/{doc_id}", len(data or b""), MODIFIED, data, problem)
+
+
+PAGES = [
+    source(
+        "guide/install.md",
+        "---\ntitle: Install\n---\n# Install\n\nRun `pip install chunkline`.\n\n## Upgrade\n\nAgain.\n",
+    ),
+    source("guide/usage.md", "# Usage\n\nCall chunk_markdown on the text.\n"),
+    source("reference/api.md", "# API\n\n" + "A sentence about the API. " * 200 + "\n\n## Errors\n\nNone.\n"),
+    source("missing.md", problem=FileProblem("read", "FileNotFoundError", "cannot read missing.md: gone")),
+    source("notes/empty.md", ""),
+    source("notes/binary.md", "\x00\x01\x02 binary"),
+]
+
+
+@pytest.fixture
+def numbered_headings_for_usage(monkeypatch):
+    """A strategy (a plugin with a bug) that gives guide/usage.md a heading path of numbers, which the
+    chunks table (lists of strings) cannot hold; every other document chunks as one chunk."""
+
+    def chunk(document, config, counter):
+        path = (1, 2) if "chunk_markdown" in document.text else ("whole document",)
+        return [ChunkSpan(0, len(document.text), heading_path=path)]
+
+    strategy = registry_module.Strategy("test-numbered-usage", HeadingsParams, chunk, "a test strategy")
+    monkeypatch.setitem(registry_module._registry, "test-numbered-usage", strategy)
+    return ChunkConfig(strategy="test-numbered-usage")
+
+
+def one_at_a_time(config: ChunkConfig, sources: list[SourceFile]) -> list:
+    return list(run_bundle(DocumentChunker(config, "strict", ()), sources))
+
+
+def pairs(elements) -> list[tuple[str, dict]]:
+    return [pair for element in elements for pair in element]
+
+
+def test_a_batch_is_one_element_with_the_rows_of_its_documents_one_at_a_time():
+    config = ChunkConfig()
+    alone = one_at_a_time(config, PAGES)
+    (batch,) = list(run_bundle(DocumentChunker(config, "strict", ()), [PAGES]))
+    assert list(batch) == pairs(alone)
+    # Its chunks array holds the chunks of every document in order, as each document's own array does.
+    alone_chunks = [element.arrays["chunks"] for element in alone if "chunks" in getattr(element, "arrays", {})]
+    assert batch.arrays["chunks"].equals(pa.concat_arrays(alone_chunks))
+    for table, array in batch.arrays.items():
+        assert array.to_pylist() == [row for name, row in batch if name == table]
+    statuses = {row["doc_id"]: row["status"] for table, row in batch if table == DOCUMENTS}
+    assert statuses == {
+        "guide/install.md": "ok",
+        "guide/usage.md": "ok",
+        "reference/api.md": "ok",
+        "missing.md": "error",
+        "notes/empty.md": "ok",
+        "notes/binary.md": "error",
+    }
+
+
+def test_a_document_whose_rows_do_not_fit_in_the_middle_of_a_batch_is_its_own_error(numbered_headings_for_usage):
+    config = numbered_headings_for_usage
+    alone = one_at_a_time(config, PAGES)
+    batched = list(run_bundle(DocumentChunker(config, "strict", ()), [PAGES]))
+    # One element per document, exactly the rows one document at a time gives.
+    assert [list(element) for element in batched] == [list(element) for element in alone]
+    errors = [row for table, row in pairs(batched) if table == ERRORS]
+    assert sorted((row["doc_id"], row["error_type"]) for row in errors) == [
+        ("guide/usage.md", "RowDoesNotFitSchema"),
+        ("missing.md", "FileNotFoundError"),
+        ("notes/binary.md", "BinaryFile"),
+    ]
+    usage = next(row for table, row in pairs(batched) if table == DOCUMENTS and row["doc_id"] == "guide/usage.md")
+    assert usage["status"] == "error" and usage["message"].startswith("a chunks row of this document cannot be stored")
+    assert usage["encoding"] == "utf-8" and usage["chunk_count"] == 0
+    # The documents after the bad one are chunked and converted as always.
+    api = [element for element in batched if any(row["doc_id"] == "reference/api.md" for _, row in element)]
+    assert getattr(api[0], "arrays", None) is not None
+
+
+def test_batches_end_at_their_count_or_their_bytes():
+    sized = [source(f"p{n}.md", "x" * size) for n, size in enumerate([10, 10, 500, 10, 10, 10, 10])]
+    assert [len(batch) for batch in batches_of(sized, documents=3, data_bytes=400)] == [3, 3, 1]
+    assert [len(batch) for batch in batches_of(sized, documents=100, data_bytes=1)] == [1] * 7
+    assert list(batches_of([], documents=3)) == []
+
+
+def spilled(tmp_path, name: str, elements, shards: int = 4) -> dict[tuple[str, str], pa.Table]:
+    """The rows each spill file of (table, shard) holds, for ``elements`` spilled in one bundle."""
+    import pyarrow.ipc as ipc
+
+    settings = WriteSettings(
+        staging_url=str(tmp_path / name), snapshot_url=str(tmp_path / "s"), shards=shards, row_group_rows=1000
+    )
+    spill = SpillRows(settings)
+    list(run_bundle(spill, elements))
+    tables = {}
+    for path in sorted((tmp_path / name).rglob("*.arrow")):
+        key = (path.parent.parent.name, path.parent.name)
+        tables[key] = ipc.open_file(pa.OSFile(str(path))).read_all()
+    return tables, dict(spill.shard_bytes)
+
+
+def test_a_batch_spills_each_row_to_its_documents_shard(tmp_path):
+    config = ChunkConfig()
+    alone, alone_bytes = spilled(tmp_path, "alone", one_at_a_time(config, PAGES))
+    batch, batch_bytes = spilled(tmp_path, "batch", run_bundle(DocumentChunker(config, "strict", ()), [PAGES]))
+    assert sorted(batch) == sorted(alone) and len({shard for _, shard in alone}) > 1
+    for key in alone:
+        assert batch[key].equals(alone[key])
+    assert batch_bytes == alone_bytes
