@@ -1,21 +1,24 @@
-"""Retrieval benchmark: chunkline's strategies and other chunkers, searched at the same token budget.
+"""Retrieval benchmark: chunkline's strategies and other chunkers, judged at equal settings.
 
 Usage::
 
-    python benchmarks/bench_retrieval.py [--sets chroma,markdown] [--systems PATTERN,...]
-                                         [--budgets 1024,2048] [--questions-limit N]
+    python benchmarks/bench_retrieval.py [--sets chroma,markdown,NAME...] [--source NAME=DIR ...]
+                                         [--systems PATTERN,...] [--max-tokens 256,512] [--budgets 1024]
+                                         [--retrievers bm25,wordllama,hybrid] [--overlap-fraction 0.09765625]
                                          [--set key=value ...] [--chunkline-variants key=v1/v2 ...]
-                                         [--format text|markdown|json] [--markdown]
-                                         [--embedders wordllama,bm25] [--chunk-tokens 512] [--overlap-tokens 50]
-                                         [--markdown-questions 250] [--retrieval DIR] [--corpus DIR]
+                                         [--bootstrap-resamples 2000] [--bootstrap-seed SEED]
+                                         [--questions-limit N] [--markdown-questions 250]
+                                         [--format text|markdown|json] [--markdown] [--retrieval DIR] [--corpus DIR]
 
 ``--set`` takes what ``chunkline run --set`` takes (``min_tokens=64``; a strategy's parameter as
 ``chunking.headings.sub_split=window``) and applies to every chunkline row but the windows.
 
-Every system chunks the same documents; its chunks are indexed by each embedder; for each question the
-ranked chunks are taken best first while their text still fits in the retrieved-token budget; and the
-retrieved chunks' character ranges are scored against the question's reference character ranges.
-Everything is deterministic: same data, same packages, same figures.
+Equal settings: every system chunks the same documents at each chunk size of ``--max-tokens`` (256 and
+512 cl100k_base tokens), with the same overlap where it has a token overlap setting; its chunks are indexed
+once per size for each retriever; for each question the ranking is cut at the same retrieved-token budget
+by the same rule (the chunk that crosses the budget counted only up to it); and the retrieved character
+ranges are scored against the question's reference character ranges. Everything is deterministic and
+offline: same data, same packages, same figures.
 
 Question sets (``--sets``)
 --------------------------
@@ -33,7 +36,15 @@ Question sets (``--sets``)
     ``sample_corpus/``, which this repository ships); the searched corpus is every markdown file under that folder, with the doc
     id ``chunkline run`` gives it (its POSIX path relative to the folder: ``rust-rfcs/0001-private-fields.md``).
 
-Both sets' documents are read as ``chunkline run`` reads them (``chunkline.evaluation.corpus.read_corpus``:
+``NAME`` (a set of ``benchmarks.question_sets``)
+    Built by that module's written rule from the folder given with ``--source NAME=DIR`` (its
+    ``build(source, count_tokens) -> BuiltSet``: the documents every system chunks and the benchmark
+    searches, the questions with their reference spans, how many source files gave a question and why the
+    others did not, notes). A set marked ``held_out`` is kept out of every choice of default: it is
+    reported last, under a heading that says so, and its verdict rows come last. With no ``--sets``, every
+    set given a ``--source`` is run.
+
+The chroma and markdown sets' documents are read as ``chunkline run`` reads them (``chunkline.evaluation.corpus.read_corpus``:
 the same listing, doc ids and decoding), so reference offsets and chunk offsets index the same text.
 
 The markdown rule
@@ -58,9 +69,9 @@ opening of the design section, where the author first explains that proposal. Ex
    block (not a heading) that keeps the range within 2,000 characters. The reference is that one range;
    it must hold at least 300 characters.
 4. Between the summary's end and the reference's start lie at least 600 cl100k_base tokens of the
-   author's text (the motivation, mostly): more than a 512-token chunk can span, so no chunk of the
-   structure-aware systems holds both the question text and a reference character (the 800-token window
-   can, and is the only row that may profit from it).
+   author's text (the motivation, mostly): more than a 512-token chunk can span, so no chunk of any
+   system at the sizes run by default (256 and 512) holds both the question text and a reference
+   character.
 5. A file that lacks either part, or whose parts are out of those bounds, or whose question text occurs
    inside its reference, gives no question. Of the files that do, up to ``--markdown-questions`` (250) are
    kept: those whose doc id has the smallest sha256, listed in doc id order. The run prints how many files
@@ -82,37 +93,41 @@ it, and no system is told where. A system that follows markdown structure can se
 (that is what the set measures, next to the plain-text Chroma set); a system that does not is scored on
 the same ranges.
 
-Systems (``--systems``: comma-separated names or shell patterns, e.g. ``'chunkline*,window*'``)
+Systems (``--systems``: comma-separated names or shell patterns, e.g. ``'chunkline*,window'``)
 ---------------------------------------------------------------------------------------------
 
-Every structure-aware system makes chunks of at most 512 cl100k_base tokens (``--chunk-tokens``), and,
-where it has a token overlap setting, 50 tokens of overlap (``--overlap-tokens``):
+Every system runs at each size N of ``--max-tokens`` (default 256 and 512): chunks of at most N cl100k_base
+tokens and, where a system has a token overlap setting, an overlap of ``round(N * 50 / 512)`` tokens (25 at
+256, 50 at 512: the 50 tokens chunkline's default config overlaps by at its default size of 512, in
+proportion; ``--overlap-fraction``). The default row and the ``--chunkline-variants`` rows always run,
+whatever ``--systems`` selects: every other row's difference is measured against the default.
 
 ``chunkline``
-    ``chunk_markdown(text, config, doc_id=...)`` with the default config (``headings``) and ``--set``;
-    indexed by ``chunkline.evaluation.retrieval.evaluation_text(chunk)`` (what the embedding model is
-    meant to see), retrieved as ``(doc_id, start_char, end_char)`` and budgeted by the chunk's text.
+    The default: ``chunk_markdown(text, config, doc_id=...)`` with the default config (``headings``),
+    ``max_tokens`` N, the overlap above and ``--set``; indexed by
+    ``chunkline.evaluation.retrieval.evaluation_text(chunk)`` (what the embedding model is meant to see),
+    retrieved as ``(doc_id, start_char, end_char)`` and budgeted by the chunk's text.
 ``chunkline sections|blocks|scored|sentences|paragraphs|tokens``
     The same with ``strategy`` set and each strategy's default parameters, except ``blocks.target=tokens``
     and ``scored.mode=tokens`` (so that they too pack to ``max_tokens`` instead of a byte or character
     size). ``sentences`` and ``paragraphs`` overlap by their own default of one unit; ``sections`` by none.
 ``chunkline KEY=VALUE ...``
-    One row per ``--chunkline-variants`` argument: the default config, then ``--set``, then the variant's
-    assignments (``min_tokens=64;embed_context=none`` is one variant; ``min_tokens=32/64/128`` is three).
-    Variant rows are always run, whatever ``--systems`` selects.
+    One row per ``--chunkline-variants`` argument, at every size: the default config at that size, then
+    ``--set``, then the variant's assignments (``min_tokens=64;embed_context=none`` is one variant;
+    ``min_tokens=32/64/128`` is three).
 ``semantic-text-splitter markdown`` / ``semantic-text-splitter text``
-    ``MarkdownSplitter`` / ``TextSplitter.from_tiktoken_model("gpt-3.5-turbo", 512, overlap=50)``
+    ``MarkdownSplitter`` / ``TextSplitter.from_tiktoken_model("gpt-3.5-turbo", N, overlap=...)``
     (cl100k_base), its default ``trim``; offsets from ``chunk_indices`` (character offsets, checked).
 ``langchain recursive`` / ``langchain markdown``
     ``RecursiveCharacterTextSplitter`` / ``MarkdownTextSplitter.from_tiktoken_encoder("cl100k_base",
-    chunk_size=512, chunk_overlap=50, add_start_index=True)``; offsets from ``start_index`` (checked).
+    chunk_size=N, chunk_overlap=..., add_start_index=True)``; offsets from ``start_index`` (checked).
 ``chonkie recursive``
-    ``RecursiveChunker(tokenizer=<cl100k_base>, chunk_size=512)``, its default rules; it has no overlap
+    ``RecursiveChunker(tokenizer=<cl100k_base>, chunk_size=N)``, its default rules; it has no overlap
     setting. Offsets from ``start_index`` (checked).
-``window 200`` / ``window 400`` / ``window 800``
-    Plain token windows without overlap, Chroma's fixed-size baselines: chunkline's ``tokens`` strategy
-    with ``max_tokens`` 200/400/800, ``overlap_tokens`` 0 and ``embed_context: none``, indexed by the verbatim
-    text (no ``--set``).
+``window``
+    The baseline: plain windows of N tokens without overlap (Chroma's fixed-size baseline), chunkline's
+    ``tokens`` strategy with ``max_tokens`` N, ``overlap_tokens`` 0 and ``embed_context: none``, indexed by
+    the verbatim text (no ``--set``).
 
 The tokenizers load without a network (chunkline's offline ``cl100k_base``, registered with tiktoken so
 that LangChain's ``from_tiktoken_encoder`` finds it; semantic-text-splitter's tiktoken-rs bundles its own).
@@ -128,20 +143,42 @@ chunks are indexed and budgeted by their text.
 Retrieval and the metric
 ------------------------
 
-Two embedders: wordllama's static embedding model (``load_wordllama_embedder``, offline) with cosine
-similarity, and BM25 (bm25s). Budgets (``--budgets``, default 1024 and 2048 cl100k_base tokens, two and
-four full 512-token chunks) count each chunk's verbatim text with ``budget_token_counter()``; chunks are
-taken best first with ``take_within_budget`` (a chunk that no longer fits is skipped, a smaller one after it
-may still be taken). Per question, as in Chroma's evaluation (``score_question``, over character ranges):
-recall = reference characters covered / reference characters; precision = covered / characters retrieved
-(overlapping chunks counted each time); IoU = covered / (retrieved + reference - covered); hit = at least
-one reference character covered. Tables show the means over the questions, in percent.
+Three retrievers (``--retrievers``), side by side in one run: BM25 (bm25s; ``bm25``), wordllama's static
+embedding model with cosine similarity (``load_wordllama_embedder``, offline; ``wordllama``, ``wl``), and
+their hybrid (``hybrid``, ``hyb``): the two rankings of the question fused by reciprocal rank fusion
+(``reciprocal_rank_fusion``: each chunk scores ``1 / (60 + rank)`` summed over the two, ties in the chunks'
+order). Each system's chunks are indexed once per size for BM25 and once for the embedder; the hybrid reuses
+both rankings. Budgets (``--budgets``, default 1024 cl100k_base tokens) count each chunk's verbatim text
+with ``budget_token_counter()``; chunks are taken with ``take_within_budget``, as ``chunkline evaluate``
+takes them: walking the ranking best first, whole chunks while they fit; the chunk that crosses the budget
+counts only up to it, its character range cut to the same share of its characters as of its tokens
+(``start_char + floor(characters * tokens left / chunk tokens)``); then the walk stops. Every system is
+handed exactly the budget (unless its ranking runs out), and is scored on those ranges. Per question, as
+in Chroma's evaluation (``score_question``, over character ranges): recall = reference characters covered /
+reference characters; precision = covered / characters retrieved (overlapping chunks counted each time);
+IoU = covered / (retrieved + reference - covered); hit = at least one reference character covered. Tables
+show the means over the questions, in percent.
 
-Output: one table per question set (and per corpus of ``chroma``) and budget: rows are systems; columns
-the chunk count, mean tokens per chunk, and recall / precision / IoU / hit rate for each embedder; then
-the offset checks, and wall time per phase and per system. ``--format markdown`` (or ``--markdown``) prints
-the tables as markdown for the README; ``--format json`` prints every figure as JSON. Progress goes to
-stderr. ``--questions-limit N`` keeps the first N questions of each corpus, for quick runs.
+Differences and the verdict
+---------------------------
+
+For every system, its difference to the default on recall and on IoU, per question, is resampled over the
+questions (a paired bootstrap: ``--bootstrap-resamples`` 2,000 resamples from a fixed seed, the same draws
+for every system) and printed as the mean difference in points with its 95% percentile interval: a
+0.5-point difference whose interval spans -3 to +4 is read as no difference. The final verdict table gives,
+for each set (all its questions) x size x budget x retriever x metric (recall, IoU): the default's figure,
+the best other row and its figure, the gap (default - best other) with its interval, the best other chunker
+(no chunkline row), and whether the default is first, within 0.5 points, or behind. Each set also prints,
+per size, the share of the default's chunks under 32 tokens.
+
+Output: per question set (and per corpus of ``chroma``), size and budget, a table of every system (chunk
+count, mean tokens per chunk, and recall / IoU / precision / hit for each retriever, ``*`` on the best of
+each column) and a table of each system's differences to the default; then the chunk placement checks and
+the wall time per system and phase; held-out sets last; then the verdict. ``--format markdown`` (or
+``--markdown``) prints the tables as markdown; ``--format json`` prints all of it (scores, intervals, best
+rows, verdict, small-chunk shares, placements, timings) as one JSON object. Progress goes to stderr.
+``--questions-limit N`` keeps the first N questions of each corpus (each registered set: its first N), for
+quick runs.
 """
 
 from __future__ import annotations
@@ -161,6 +198,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import tiktoken.registry
 from markdown_it import MarkdownIt
 
@@ -169,19 +207,32 @@ from chunkline import ChunkConfig, ConfigError, load_chunk_config
 from chunkline.tokenizers import load_encoding
 
 REPOSITORY = Path(__file__).resolve().parents[1]
+if str(REPOSITORY) not in sys.path:
+    sys.path.insert(0, str(REPOSITORY))  # run as a script: benchmarks.question_sets is imported from here
+
 DEFAULT_CORPUS = REPOSITORY / "sample_corpus"
 ENCODING_NAME = "cl100k_base"
 SEMANTIC_MODEL = "gpt-3.5-turbo"  # tiktoken-rs maps it to cl100k_base
-CHUNK_TOKENS = 512
-OVERLAP_TOKENS = 50
-WINDOW_TOKENS = (200, 400, 800)
-BUDGETS_TOKENS = (1024, 2048)
+MAX_TOKENS = (256, 512)
+OVERLAP_FRACTION = 50 / 512
+"""Overlap as a share of the chunk size, for every system with a token overlap setting: 50 tokens at 512
+(the overlap chunkline's default config has at its default size), 25 at 256."""
+BUDGETS_TOKENS = (1024,)
 MARKDOWN_QUESTIONS = 250
-SETS = ("chroma", "markdown")
-EMBEDDERS = ("wordllama", "bm25")
-METRICS = ("recall", "precision", "iou", "hit")
+BUILTIN_SETS = ("chroma", "markdown")
+RETRIEVERS = ("bm25", "wordllama", "hybrid")
+RETRIEVER_LABELS = {"bm25": "bm25", "wordllama": "wl", "hybrid": "hyb"}
+METRICS = ("recall", "iou", "precision", "hit")
 METRIC_LABELS = {"recall": "recall", "precision": "prec", "iou": "IoU", "hit": "hit"}
-EMBEDDER_LABELS = {"wordllama": "wl", "bm25": "bm25"}
+COMPARED_METRICS = ("recall", "iou")
+"""The metrics every system's difference to the default is resampled for, and the verdict is given on."""
+DEFAULT_SYSTEM = "chunkline"
+BOOTSTRAP_RESAMPLES = 2000
+BOOTSTRAP_SEED = 20260512
+CONFIDENCE = 0.95
+WITHIN_POINTS = 0.5
+"""A default this close to the best other system (in percentage points) is called level with it."""
+SMALL_CHUNK_TOKENS = 32
 CHUNKLINE_STRATEGIES = ("sections", "blocks", "scored", "sentences", "paragraphs", "tokens")
 STRATEGY_SETTINGS = {"blocks": ("chunking.blocks.target=tokens",), "scored": ("chunking.scored.mode=tokens",)}
 MAX_EXAMPLES = 5
@@ -223,6 +274,8 @@ class QuestionSet:
     """Named subsets of the questions (indices), each printed as a table of its own besides the whole."""
     notes: list[str] = field(default_factory=list)
     rule_counts: dict[str, int] | None = None
+    held_out: bool = False
+    """Kept out of every choice of default: reported last, under a heading saying so."""
 
 
 def limit_questions(questions: list[Any], limit: int | None) -> list[Any]:
@@ -264,6 +317,38 @@ def load_chroma_set(folder: Path, limit: int | None) -> QuestionSet:
         groups.setdefault(question.references[0].doc_id.removesuffix(".md"), []).append(index)
     notes = [f"left out (as chunkline run would): {doc_id}: {why}" for doc_id, why in left_out.items()]
     return QuestionSet("chroma", documents, questions, {"all": list(range(len(questions))), **groups}, notes)
+
+
+def registered_sets() -> dict[str, Any]:
+    """The sets of ``benchmarks.question_sets`` by name (looked up on every call, so a set registered later
+    is found)."""
+    from benchmarks.question_sets import SETS
+
+    return SETS
+
+
+def load_registered_set(name: str, source: Path, limit: int | None, count_tokens: Callable[[str], int]) -> QuestionSet:
+    """A set of ``benchmarks.question_sets`` built from its ``--source`` folder: its documents (the text
+    every system chunks and the benchmark searches), questions, rule counts, notes and whether it is held
+    out. ``--questions-limit N`` keeps its first N questions."""
+    built = registered_sets()[name](source, count_tokens)
+    documents = [Document(doc_id, text) for doc_id, text in built.documents]
+    doc_ids = [document.doc_id for document in documents]
+    if len(set(doc_ids)) != len(doc_ids):
+        raise SystemExit(f"error: the {name} set gives the same doc id to two documents")
+    questions = list(built.questions)
+    if limit is not None:
+        questions = questions[:limit]
+    check_references(name, documents, questions)
+    return QuestionSet(
+        name,
+        documents,
+        questions,
+        {"all": list(range(len(questions)))},
+        list(built.notes),
+        dict(built.rule_counts),
+        held_out=bool(built.held_out),
+    )
 
 
 # ---------------------------------------------------------------------------------- the markdown rule
@@ -638,41 +723,64 @@ def expand_variants(arguments: Sequence[str]) -> list[list[str]]:
     return variants
 
 
-def build_systems(args: argparse.Namespace) -> tuple[list[System], list[str]]:
-    """Every system the arguments name, in table order, and a note per system that could not be built."""
+def overlap_tokens_for(max_tokens: int, fraction: float = OVERLAP_FRACTION) -> int:
+    """The overlap of every system with a token overlap setting at chunk size ``max_tokens``: that share of
+    it, rounded (50 at 512, 25 at 256 with the default share)."""
+    return round(max_tokens * fraction)
+
+
+def build_systems(args: argparse.Namespace, max_tokens: int) -> tuple[list[System], list[str]]:
+    """Every system the arguments name at chunk size ``max_tokens``, in table order, and a note per system
+    that could not be built. The default (``chunkline``) and the variant rows are always run."""
     register_offline_encoding()
-    base = [f"max_tokens={args.chunk_tokens}", f"overlap_tokens={args.overlap_tokens}"]
-    candidates: list[tuple[str, Callable[[], list[System]]]] = []
-    variant_names: set[str] = set()
+    overlap = overlap_tokens_for(max_tokens, args.overlap_fraction)
+    base = [f"max_tokens={max_tokens}", f"overlap_tokens={overlap}"]
+    candidates: list[tuple[str, tuple[str, ...], Callable[[], list[System]]]] = []
+    """(family, the names of its rows, how to make them)"""
+    always: set[str] = {DEFAULT_SYSTEM}
 
     def chunkline_candidate(name: str, assignments: list[str], **options: Any) -> None:
-        candidates.append((name, lambda: [chunkline_system(name, chunkline_config(assignments), **options)]))
+        def make() -> list[System]:
+            return [chunkline_system(name, chunkline_config(assignments), **options)]
 
-    chunkline_candidate("chunkline", [*base, *args.settings])
+        candidates.append((name, (name,), make))
+
+    chunkline_candidate(DEFAULT_SYSTEM, [*base, *args.settings])
     for variant in expand_variants(args.chunkline_variants):
-        variant_names.add(name := "chunkline " + " ".join(variant))
+        always.add(name := "chunkline " + " ".join(variant))
         chunkline_candidate(name, [*base, *args.settings, *variant])
     for strategy in CHUNKLINE_STRATEGIES:
         assignments = [f"strategy={strategy}", *base, *STRATEGY_SETTINGS.get(strategy, ()), *args.settings]
         chunkline_candidate(f"chunkline {strategy}", assignments)
-    candidates.append(("semantic-text-splitter", lambda: semantic_systems(args.chunk_tokens, args.overlap_tokens)))
-    candidates.append(("langchain", lambda: langchain_systems(args.chunk_tokens, args.overlap_tokens)))
-    candidates.append(("chonkie", lambda: chonkie_systems(args.chunk_tokens)))
-    for tokens in WINDOW_TOKENS:
-        # Plain windows of exactly that many tokens: no embed_text context takes a share of them.
-        assignments = ["strategy=tokens", f"max_tokens={tokens}", "overlap_tokens=0", "embed_context=none"]
-        chunkline_candidate(f"window {tokens}", assignments, index_by_evaluation_text=False)
+    candidates.append(
+        (
+            "semantic-text-splitter",
+            ("semantic-text-splitter markdown", "semantic-text-splitter text"),
+            lambda: semantic_systems(max_tokens, overlap),
+        )
+    )
+    candidates.append(
+        ("langchain", ("langchain recursive", "langchain markdown"), lambda: langchain_systems(max_tokens, overlap))
+    )
+    candidates.append(("chonkie", ("chonkie recursive",), lambda: chonkie_systems(max_tokens)))
+    # The baseline: plain windows of exactly max_tokens tokens, no overlap, no embed_text context.
+    window = ["strategy=tokens", f"max_tokens={max_tokens}", "overlap_tokens=0", "embed_context=none"]
+    chunkline_candidate("window", window, index_by_evaluation_text=False)
 
     systems: list[System] = []
     notes: list[str] = []
-    for family, make in candidates:
+    for family, names, make in candidates:
+        if not any(name in always or selected(name, args.systems) for name in names):
+            continue  # not asked for: not imported either
         try:
             made = make()
         except ConfigError as error:
-            raise SystemExit(f"error: the {family!r} row's chunkline config is refused: {error}") from None
+            raise SystemExit(
+                f"error: the {family!r} row's chunkline config is refused at max_tokens {max_tokens}: {error}"
+            ) from None
         if not made:
             notes.append(f"{family}: not installed (the bench extra: pip install -e '.[bench]'); its rows are left out")
-        systems += [system for system in made if system.name in variant_names or selected(system.name, args.systems)]
+        systems += [system for system in made if system.name in always or selected(system.name, args.systems)]
     return systems, notes
 
 
@@ -695,39 +803,68 @@ class Timings:
 
 @dataclass
 class SystemResult:
+    """One system at one chunk size on one question set."""
+
     name: str
+    max_tokens: int
     chunks: int
     mean_tokens: float
+    small_chunks: int
+    """Chunks of fewer than SMALL_CHUNK_TOKENS tokens (cl100k_base, counted on their verbatim text)."""
     placement: Placement
-    scores: dict[str, dict[int, dict[str, dict[str, float]]]]
-    """embedder -> budget -> group -> metric -> mean (recall, precision, iou in 0..1; hit as a rate)."""
+    per_question: dict[str, dict[int, np.ndarray]]
+    """retriever -> budget -> one row per question, one column per metric of METRICS (0..1; hit 0 or 1)."""
     seconds: dict[str, float]
 
+    def means(self, retriever: str, budget: int, indices: Sequence[int]) -> dict[str, float]:
+        rows = self.per_question[retriever][budget][list(indices)]
+        if not len(rows):
+            return dict.fromkeys(METRICS, 0.0)
+        return {metric: float(rows[:, column].mean()) for column, metric in enumerate(METRICS)}
 
-def mean_scores(per_question: Sequence[Any], indices: Sequence[int]) -> dict[str, float]:
-    if not indices:
-        return dict.fromkeys(METRICS, 0.0)
-    picked = [per_question[index] for index in indices]
-    return {
-        "recall": statistics.fmean(score.recall for score in picked),
-        "precision": statistics.fmean(score.precision for score in picked),
-        "iou": statistics.fmean(score.iou for score in picked),
-        "hit": statistics.fmean(1.0 if score.hit else 0.0 for score in picked),
-    }
+    def column(self, retriever: str, budget: int, indices: Sequence[int], metric: str) -> np.ndarray:
+        return self.per_question[retriever][budget][list(indices), METRICS.index(metric)]
+
+
+def ranking_by_scores(scores: np.ndarray) -> np.ndarray:
+    """Indices best first; equal scores keep the chunks' order (as chunkline.evaluation's rankings do)."""
+    return np.argsort(-scores, kind="stable")
+
+
+def retrieve(ranked: np.ndarray, token_counts: Sequence[int], budget: int, ranges: Sequence[Any]) -> list[Any]:
+    """The character ranges retrieved within ``budget`` by the budget rule of ``chunkline evaluate``
+    (``take_within_budget``): whole chunks while they fit, then the chunk that crosses the budget cut to it."""
+    from chunkline.evaluation.metrics import RetrievedRange
+    from chunkline.evaluation.retrieval import take_within_budget
+
+    retrieved = []
+    for share in take_within_budget(ranked, token_counts, budget):
+        whole = ranges[share.index]
+        retrieved.append(RetrievedRange(whole.doc_id, *share.char_range(whole.start_char, whole.end_char)))
+    return retrieved
 
 
 def evaluate_system(
     system: System,
     question_set: QuestionSet,
+    max_tokens: int,
     embedder: Any,
-    embedders: Sequence[str],
+    query_vectors: np.ndarray | None,
+    retrievers: Sequence[str],
     budgets: Sequence[int],
     count_tokens: Callable[[str], int],
 ) -> SystemResult:
+    """Chunk the set's documents with ``system``, index the chunks once for BM25 and once for the embedder,
+    and score every question with every retriever and budget; the hybrid fuses the two rankings already
+    computed for the question."""
     from chunkline.evaluation.metrics import RetrievedRange, score_question
-    from chunkline.evaluation.retrieval import Bm25Index, EmbeddingIndex, take_within_budget
+    from chunkline.evaluation.retrieval import Bm25Index, EmbeddingIndex, reciprocal_rank_fusion
 
     seconds: dict[str, float] = {}
+
+    def timed(phase: str, started: float) -> None:
+        seconds[phase] = seconds.get(phase, 0.0) + time.perf_counter() - started
+
     started = time.perf_counter()
     ranges: list[RetrievedRange] = []
     index_texts: list[str] = []
@@ -741,31 +878,251 @@ def evaluate_system(
             ranges.append(RetrievedRange(document.doc_id, item.start_char, item.end_char))
             index_texts.append(item.index_text)
             budget_texts.append(item.budget_text)
-    seconds["chunk"] = time.perf_counter() - started
+    timed("chunk", started)
 
     started = time.perf_counter()
     token_counts = [count_tokens(text) for text in budget_texts]
-    seconds["count"] = time.perf_counter() - started
+    timed("count", started)
 
-    scores: dict[str, dict[int, dict[str, dict[str, float]]]] = {}
-    for embedder_name in embedders:
+    lexical = "bm25" in retrievers or "hybrid" in retrievers
+    dense = "wordllama" in retrievers or "hybrid" in retrievers
+    if lexical:
         started = time.perf_counter()
-        index = EmbeddingIndex(embedder, index_texts) if embedder_name == "wordllama" else Bm25Index(index_texts)
-        seconds[f"{embedder_name} index"] = time.perf_counter() - started
+        bm25 = Bm25Index(index_texts)
+        timed("bm25 index", started)
+    if dense:
         started = time.perf_counter()
-        per_budget: dict[int, list[Any]] = {budget: [] for budget in budgets}
-        for question in question_set.questions:
-            ranked = index.rank(question.question)
+        vectors = EmbeddingIndex(embedder, index_texts).vectors
+        timed("wordllama index", started)
+    questions = question_set.questions
+    per_question = {
+        retriever: {budget: np.zeros((len(questions), len(METRICS))) for budget in budgets} for retriever in retrievers
+    }
+    for number, question in enumerate(questions):
+        rankings: dict[str, np.ndarray] = {}
+        if lexical:
+            started = time.perf_counter()
+            rankings["bm25"] = bm25.rank(question.question)
+            timed("bm25 query", started)
+        if dense:
+            started = time.perf_counter()
+            rankings["wordllama"] = ranking_by_scores(vectors @ query_vectors[number])
+            timed("wordllama query", started)
+        if "hybrid" in retrievers:
+            started = time.perf_counter()
+            rankings["hybrid"] = reciprocal_rank_fusion([rankings["bm25"], rankings["wordllama"]])
+            timed("hybrid fuse", started)
+        started = time.perf_counter()
+        for retriever in retrievers:
             for budget in budgets:
-                taken = take_within_budget(ranked, token_counts, budget)
-                per_budget[budget].append(score_question([ranges[i] for i in taken], question.references))
-        seconds[f"{embedder_name} query"] = time.perf_counter() - started
-        scores[embedder_name] = {
-            budget: {group: mean_scores(results, indices) for group, indices in question_set.groups.items()}
-            for budget, results in per_budget.items()
-        }
+                score = score_question(retrieve(rankings[retriever], token_counts, budget, ranges), question.references)
+                per_question[retriever][budget][number] = (score.recall, score.iou, score.precision, float(score.hit))
+        timed("score", started)
     mean_tokens = statistics.fmean(token_counts) if token_counts else 0.0
-    return SystemResult(system.name, len(ranges), mean_tokens, placement, scores, seconds)
+    small = sum(1 for count in token_counts if count < SMALL_CHUNK_TOKENS)
+    return SystemResult(system.name, max_tokens, len(ranges), mean_tokens, small, placement, per_question, seconds)
+
+
+# ------------------------------------------------------------------------------------ paired bootstrap
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A system's difference to the default over the same questions: the mean, and the bootstrap interval."""
+
+    mean: float
+    low: float
+    high: float
+
+    def to_json(self) -> dict[str, float]:
+        return {"mean": self.mean, "low": self.low, "high": self.high}
+
+
+def negated(interval: Interval) -> Interval:
+    """The interval of the opposite difference (default - system for system - default)."""
+    return Interval(-interval.mean, -interval.high, -interval.low)
+
+
+def bootstrap_weights(size: int, resamples: int, seed: int) -> np.ndarray:
+    """How many times each of ``size`` questions is drawn in each of ``resamples`` resamples (one row each),
+    from a fixed seed: the same draws for every system, so each system's difference to the default is
+    resampled over the same questions (paired)."""
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, size, size=(resamples, size)) if size else np.zeros((resamples, 0), dtype=np.int64)
+    offsets = (np.arange(resamples) * size)[:, None]
+    counts = np.bincount((draws + offsets).ravel(), minlength=resamples * size)
+    return counts.reshape(resamples, size).astype(np.float64)
+
+
+def difference_interval(system: np.ndarray, default: np.ndarray, weights: np.ndarray) -> Interval:
+    """The mean per-question difference ``system - default`` and its percentile bootstrap interval
+    (CONFIDENCE, two-sided) over the resamples ``weights``."""
+    differences = np.asarray(system, dtype=np.float64) - np.asarray(default, dtype=np.float64)
+    if not len(differences):
+        return Interval(0.0, 0.0, 0.0)
+    resampled = weights @ differences / len(differences)
+    tail = 100 * (1 - CONFIDENCE) / 2
+    low, high = np.percentile(resampled, [tail, 100 - tail])
+    return Interval(float(differences.mean()), float(low), float(high))
+
+
+# -------------------------------------------------------------------------------------------- analysis
+
+
+@dataclass
+class Table:
+    """The figures of one set x group x chunk size x budget: every system with every retriever."""
+
+    set_name: str
+    group: str
+    questions: int
+    max_tokens: int
+    budget: int
+    means: dict[str, dict[str, dict[str, float]]]
+    """system -> retriever -> metric -> mean (0..1)."""
+    differences: dict[str, dict[str, dict[str, Interval]]]
+    """system (the default left out) -> retriever -> metric of COMPARED_METRICS -> difference to the default."""
+    best: dict[str, dict[str, list[str]]]
+    """retriever -> metric -> the systems with the highest mean."""
+
+
+def build_tables(
+    question_set: QuestionSet,
+    results: dict[int, list[SystemResult]],
+    retrievers: Sequence[str],
+    budgets: Sequence[int],
+    resamples: int,
+    seed: int,
+) -> list[Table]:
+    weights_by_size: dict[int, np.ndarray] = {}
+    tables = []
+    for max_tokens, size_results in results.items():
+        default = next(result for result in size_results if result.name == DEFAULT_SYSTEM)
+        for budget in budgets:
+            for group, indices in question_set.groups.items():
+                if len(indices) not in weights_by_size:
+                    weights_by_size[len(indices)] = bootstrap_weights(len(indices), resamples, seed)
+                weights = weights_by_size[len(indices)]
+                means = {
+                    result.name: {retriever: result.means(retriever, budget, indices) for retriever in retrievers}
+                    for result in size_results
+                }
+                differences = {
+                    result.name: {
+                        retriever: {
+                            metric: difference_interval(
+                                result.column(retriever, budget, indices, metric),
+                                default.column(retriever, budget, indices, metric),
+                                weights,
+                            )
+                            for metric in COMPARED_METRICS
+                        }
+                        for retriever in retrievers
+                    }
+                    for result in size_results
+                    if result.name != DEFAULT_SYSTEM
+                }
+                best = {
+                    retriever: {
+                        metric: [
+                            name
+                            for name, figures in means.items()
+                            if figures[retriever][metric]
+                            >= max(other[retriever][metric] for other in means.values()) - 1e-12
+                        ]
+                        for metric in METRICS
+                    }
+                    for retriever in retrievers
+                }
+                tables.append(
+                    Table(question_set.name, group, len(indices), max_tokens, budget, means, differences, best)
+                )
+    return tables
+
+
+def is_chunkline_row(name: str) -> bool:
+    return name == DEFAULT_SYSTEM or name.startswith(DEFAULT_SYSTEM + " ")
+
+
+@dataclass(frozen=True)
+class VerdictRow:
+    set_name: str
+    held_out: bool
+    max_tokens: int
+    budget: int
+    retriever: str
+    metric: str
+    default: float
+    best_other: str
+    best_other_figure: float
+    gap: float
+    """default - best other (0..1): >= 0 when the default is first."""
+    gap_interval: Interval
+    """default - best other, paired bootstrap over the questions."""
+    best_peer: str | None
+    """The best system that is no chunkline row (another chunker or the windows)."""
+    best_peer_figure: float | None
+
+    @property
+    def verdict(self) -> str:
+        if self.gap >= 0:
+            return "first"
+        if 100 * -self.gap <= WITHIN_POINTS:
+            return f"within {WITHIN_POINTS:g}"
+        return f"behind by {100 * -self.gap:.1f}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "set": self.set_name,
+            "held_out": self.held_out,
+            "max_tokens": self.max_tokens,
+            "budget_tokens": self.budget,
+            "retriever": self.retriever,
+            "metric": self.metric,
+            "default": self.default,
+            "best_other": self.best_other,
+            "best_other_figure": self.best_other_figure,
+            "gap": self.gap,
+            "gap_interval": self.gap_interval.to_json(),
+            "best_peer": self.best_peer,
+            "best_peer_figure": self.best_peer_figure,
+            "verdict": self.verdict,
+        }
+
+
+def verdict_rows(tables: Sequence[Table], held_out: dict[str, bool], retrievers: Sequence[str]) -> list[VerdictRow]:
+    """For each set (all its questions) x size x budget x retriever x compared metric: the default against
+    the best other row and the best row that is not chunkline's. Held-out sets come last."""
+    rows = []
+    for table in sorted((t for t in tables if t.group == "all"), key=lambda t: held_out[t.set_name]):
+        for retriever in retrievers:
+            for metric in COMPARED_METRICS:
+                default = table.means[DEFAULT_SYSTEM][retriever][metric]
+                others = [(name, figures[retriever][metric]) for name, figures in table.means.items()]
+                others = [(name, figure) for name, figure in others if name != DEFAULT_SYSTEM]
+                if not others:
+                    continue
+                best_name, best_figure = max(others, key=lambda item: item[1])  # the first row of the highest
+                peers = [(name, figure) for name, figure in others if not is_chunkline_row(name)]
+                peer_name, peer_figure = max(peers, key=lambda item: item[1]) if peers else (None, None)
+                rows.append(
+                    VerdictRow(
+                        table.set_name,
+                        held_out[table.set_name],
+                        table.max_tokens,
+                        table.budget,
+                        retriever,
+                        metric,
+                        default,
+                        best_name,
+                        best_figure,
+                        default - best_figure,
+                        negated(table.differences[best_name][retriever][metric]),
+                        peer_name,
+                        peer_figure,
+                    )
+                )
+    return rows
 
 
 # -------------------------------------------------------------------------------------------- output
@@ -789,62 +1146,166 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join([line(header), "| --- |" + " ---: |" * (len(header) - 1), *(line(cells) for cells in rows)])
 
 
+def percent(value: float) -> str:
+    return f"{100 * value:.1f}"
+
+
+def points_interval(interval: Interval) -> str:
+    return f"{100 * interval.mean:+.1f} [{100 * interval.low:+.1f}, {100 * interval.high:+.1f}]"
+
+
 def score_table(
-    results: Sequence[SystemResult], embedders: Sequence[str], budget: int, group: str
+    table: Table, results: Sequence[SystemResult], retrievers: Sequence[str], markdown: bool
 ) -> tuple[list[str], list[list[str]]]:
     header = ["system", "chunks", "mean tok"]
-    header += [f"{EMBEDDER_LABELS[name]} {METRIC_LABELS[metric]}" for name in embedders for metric in METRICS]
+    header += [f"{RETRIEVER_LABELS[name]} {METRIC_LABELS[metric]}" for name in retrievers for metric in METRICS]
     rows = []
     for result in results:
         cells = [result.name, str(result.chunks), f"{result.mean_tokens:.0f}"]
-        for name in embedders:
-            figures = result.scores[name][budget][group]
-            cells += [f"{100 * figures[metric]:.1f}" for metric in METRICS]
+        for retriever in retrievers:
+            for metric in METRICS:
+                cell = percent(table.means[result.name][retriever][metric])
+                if result.name in table.best[retriever][metric]:
+                    cell = f"**{cell}**" if markdown else f"{cell}*"
+                cells.append(cell)
         rows.append(cells)
     return header, rows
 
 
-def table_title(question_set: QuestionSet, group: str, budget: int) -> str:
-    count = len(question_set.groups[group])
-    where = question_set.name if group == "all" else f"{question_set.name} / {group}"
-    return f"{where}: {count} questions, budget {budget} tokens (means in %)"
+def difference_table(
+    table: Table, results: Sequence[SystemResult], retrievers: Sequence[str]
+) -> tuple[list[str], list[list[str]]]:
+    header = ["system"]
+    header += [
+        f"{RETRIEVER_LABELS[name]} {METRIC_LABELS[metric]}" for name in retrievers for metric in COMPARED_METRICS
+    ]
+    rows = [
+        [
+            result.name,
+            *(
+                points_interval(table.differences[result.name][retriever][metric])
+                for retriever in retrievers
+                for metric in COMPARED_METRICS
+            ),
+        ]
+        for result in results
+        if result.name != DEFAULT_SYSTEM
+    ]
+    return header, rows
 
 
-def placement_lines(results: Sequence[SystemResult]) -> list[str]:
+def table_title(table: Table) -> str:
+    where = table.set_name if table.group == "all" else f"{table.set_name} / {table.group}"
+    return (
+        f"{where}: {table.questions} questions, max_tokens {table.max_tokens}, budget {table.budget} tokens "
+        "(means in %; * the best of a column)"
+    )
+
+
+def difference_title(table: Table, resamples: int) -> str:
+    where = table.set_name if table.group == "all" else f"{table.set_name} / {table.group}"
+    return (
+        f"{where}, max_tokens {table.max_tokens}, budget {table.budget}: each system minus {DEFAULT_SYSTEM}, in "
+        f"points, mean [{CONFIDENCE:.0%} interval, paired bootstrap, {resamples:,} resamples of the questions]"
+    )
+
+
+def verdict_table(rows: Sequence[VerdictRow]) -> tuple[list[str], list[list[str]]]:
+    header = [
+        "set",
+        "max tok",
+        "budget",
+        "retriever",
+        "metric",
+        DEFAULT_SYSTEM,
+        "best other",
+        "its figure",
+        "gap",
+        f"gap {CONFIDENCE:.0%}",
+        "best other chunker",
+        "its figure",
+        "verdict",
+    ]
+    body = [
+        [
+            row.set_name + (" (held out)" if row.held_out else ""),
+            str(row.max_tokens),
+            str(row.budget),
+            row.retriever,
+            METRIC_LABELS[row.metric],
+            percent(row.default),
+            row.best_other,
+            percent(row.best_other_figure),
+            f"{100 * row.gap:+.1f}",
+            f"[{100 * row.gap_interval.low:+.1f}, {100 * row.gap_interval.high:+.1f}]",
+            row.best_peer or "-",
+            percent(row.best_peer_figure) if row.best_peer_figure is not None else "-",
+            row.verdict,
+        ]
+        for row in rows
+    ]
+    return header, body
+
+
+def small_chunk_lines(question_set: QuestionSet, results: dict[int, list[SystemResult]]) -> list[str]:
+    parts = []
+    for max_tokens, size_results in results.items():
+        default = next(result for result in size_results if result.name == DEFAULT_SYSTEM)
+        share = default.small_chunks / default.chunks if default.chunks else 0.0
+        parts.append(f"max_tokens {max_tokens}: {share:.2%} ({default.small_chunks} of {default.chunks})")
+    return [f"{DEFAULT_SYSTEM}'s chunks under {SMALL_CHUNK_TOKENS} tokens: " + "; ".join(parts)]
+
+
+def placement_lines(results: dict[int, list[SystemResult]]) -> list[str]:
     lines = []
-    for result in results:
-        placement = result.placement
-        if (
-            placement.by_search
-            or placement.at_other_repeat
-            or placement.not_located
-            or placement.empty
-            or placement.uncovered_chars
-        ):
-            lines.append(
-                f"  {result.name}: {placement.chunks} chunks, {placement.by_own_offset} at their own offset, "
-                f"{placement.by_search} placed by search (own offset wrong or missing), "
-                f"{placement.at_other_repeat} moved from another repeat of their text, "
-                f"{placement.not_located} not located, {placement.empty} empty; "
-                f"{placement.uncovered_chars} non-whitespace characters in no chunk"
-            )
-            lines += [f"    not located: {example}" for example in placement.examples]
+    for max_tokens, size_results in results.items():
+        for result in size_results:
+            placement = result.placement
+            if (
+                placement.by_search
+                or placement.at_other_repeat
+                or placement.not_located
+                or placement.empty
+                or placement.uncovered_chars
+            ):
+                lines.append(
+                    f"  {result.name} (max_tokens {max_tokens}): {placement.chunks} chunks, "
+                    f"{placement.by_own_offset} at their own offset, "
+                    f"{placement.by_search} placed by search (own offset wrong or missing), "
+                    f"{placement.at_other_repeat} moved from another repeat of their text, "
+                    f"{placement.not_located} not located, {placement.empty} empty; "
+                    f"{placement.uncovered_chars} non-whitespace characters in no chunk"
+                )
+                lines += [f"    not located: {example}" for example in placement.examples]
     return lines or [
         "  every chunk of every system lies at its own offset (text[start:end] == chunk), and together they "
         "cover every character but whitespace"
     ]
 
 
-def timing_table(results: Sequence[SystemResult], embedders: Sequence[str]) -> tuple[list[str], list[list[str]]]:
-    phases = ["chunk", "count", *(f"{name} {step}" for name in embedders for step in ("index", "query"))]
-    header = ["system", *(f"{phase} s" for phase in phases), "total s"]
+TIMING_PHASES = (
+    "chunk",
+    "count",
+    "bm25 index",
+    "bm25 query",
+    "wordllama index",
+    "wordllama query",
+    "hybrid fuse",
+    "score",
+)
+
+
+def timing_table(results: dict[int, list[SystemResult]]) -> tuple[list[str], list[list[str]]]:
+    header = ["system", "max tok", *(f"{phase} s" for phase in TIMING_PHASES), "total s"]
     rows = [
         [
             result.name,
-            *(f"{result.seconds.get(phase, 0.0):.2f}" for phase in phases),
+            str(max_tokens),
+            *(f"{result.seconds.get(phase, 0.0):.2f}" for phase in TIMING_PHASES),
             f"{sum(result.seconds.values()):.2f}",
         ]
-        for result in results
+        for max_tokens, size_results in results.items()
+        for result in size_results
     ]
     return header, rows
 
@@ -873,20 +1334,42 @@ def rule_lines(question_set: QuestionSet) -> list[str]:
     counts = dict(question_set.rule_counts or {})
     if not counts:
         return []
-    documents, qualifying, kept = counts.pop("documents"), counts.pop("qualifying"), counts.pop("kept")
-    counts.pop("question", None)
-    reasons = ", ".join(f"{reason}: {number}" for reason, number in sorted(counts.items(), key=lambda kv: -kv[1]))
-    return [
-        f"markdown rule: {documents} files, {qualifying} give a question, {kept} kept "
-        f"(smallest sha256 of doc id); no question: {reasons}"
-    ]
+    if {"documents", "qualifying", "kept"} <= counts.keys():
+        documents, qualifying, kept = counts.pop("documents"), counts.pop("qualifying"), counts.pop("kept")
+        counts.pop("question", None)
+        reasons = ", ".join(f"{reason}: {number}" for reason, number in sorted(counts.items(), key=lambda kv: -kv[1]))
+        return [
+            f"{question_set.name} rule: {documents} files, {qualifying} give a question, {kept} kept "
+            f"(smallest sha256 of doc id); no question: {reasons}"
+        ]
+    return [f"{question_set.name} rule: " + ", ".join(f"{reason}: {number}" for reason, number in counts.items())]
+
+
+def settings_line(args: argparse.Namespace) -> str:
+    overlaps = ", ".join(f"{overlap_tokens_for(size, args.overlap_fraction)} at {size}" for size in args.max_tokens)
+    return (
+        f"chunk sizes {', '.join(map(str, args.max_tokens))} {ENCODING_NAME} tokens for every system; overlap "
+        f"{args.overlap_fraction:.4g} of the size ({overlaps}) where a system has a token overlap setting; the "
+        f"windows {', '.join(map(str, args.max_tokens))} tokens without overlap; budgets "
+        f"{', '.join(map(str, args.budgets))} tokens, the chunk that crosses a budget cut to it; retrievers "
+        f"{', '.join(args.retrievers)} (hybrid: reciprocal rank fusion of bm25 and wordllama, k 60); "
+        f"differences to {DEFAULT_SYSTEM}: paired bootstrap, {args.bootstrap_resamples:,} resamples of the "
+        f"questions, seed {args.bootstrap_seed}, {CONFIDENCE:.0%} percentile intervals"
+    )
+
+
+def ordered_sets(question_sets: Sequence[QuestionSet]) -> list[QuestionSet]:
+    """The sets in the order asked for, the held-out ones last."""
+    return sorted(question_sets, key=lambda question_set: question_set.held_out)
 
 
 def text_report(
     args: argparse.Namespace,
     question_sets: Sequence[QuestionSet],
-    results: dict[str, list[SystemResult]],
-    systems: Sequence[System],
+    results: dict[str, dict[int, list[SystemResult]]],
+    tables: dict[str, list[Table]],
+    verdict: Sequence[VerdictRow],
+    systems: dict[int, list[System]],
     notes: Sequence[str],
     phases: Timings,
     markdown: bool,
@@ -894,31 +1377,43 @@ def text_report(
     render = markdown_table if markdown else aligned_table
     found = versions()
     lines = [
-        f"chunk size {args.chunk_tokens} {ENCODING_NAME} tokens, overlap {args.overlap_tokens} where a system has "
-        f"a token overlap setting; budgets {', '.join(map(str, args.budgets))} tokens; embedders "
-        f"{', '.join(args.embedders)}",
+        settings_line(args),
         "versions: " + "  ".join(f"{name} {version}" for name, version in found.items()),
         *notes,
     ]
-    for question_set in question_sets:
-        lines += ["", f"## {question_set.name}" if markdown else f"=== {question_set.name} ==="]
+    for question_set in ordered_sets(question_sets):
+        title = question_set.name
+        if question_set.held_out:
+            title = f"held out: {question_set.name} (kept out of every choice of default; the check on it)"
+        lines += ["", f"## {title}" if markdown else f"=== {title} ==="]
         lines.append(
             f"{len(question_set.documents)} documents, "
             f"{sum(len(document.text) for document in question_set.documents):,} characters, "
             f"{len(question_set.questions)} questions"
         )
-        lines += rule_lines(question_set) + question_set.notes
         set_results = results[question_set.name]
-        for budget in args.budgets:
-            for group in question_set.groups:
-                header, rows = score_table(set_results, args.embedders, budget, group)
-                title = table_title(question_set, group, budget)
-                lines += ["", f"### {title}" if markdown else title, "", render(header, rows)]
+        lines += rule_lines(question_set) + question_set.notes + small_chunk_lines(question_set, set_results)
+        for table in tables[question_set.name]:
+            size_results = set_results[table.max_tokens]
+            header, rows = score_table(table, size_results, args.retrievers, markdown)
+            lines += ["", f"### {table_title(table)}" if markdown else table_title(table), "", render(header, rows)]
+            header, rows = difference_table(table, size_results, args.retrievers)
+            if rows:
+                title = difference_title(table, args.bootstrap_resamples)
+                lines += ["", f"#### {title}" if markdown else title, "", render(header, rows)]
         lines += ["", "chunk placement (peers' offsets checked against the text):", *placement_lines(set_results)]
-        header, rows = timing_table(set_results, args.embedders)
+        header, rows = timing_table(set_results)
         lines += ["", f"wall time per system on {question_set.name} (seconds):", "", render(header, rows)]
+    title = (
+        f"verdict: {DEFAULT_SYSTEM} against the best other row and the best other chunker, all questions of each "
+        f"set; gap = {DEFAULT_SYSTEM} - best other, in points, with its {CONFIDENCE:.0%} interval (paired "
+        f"bootstrap); verdict: first, within {WITHIN_POINTS:g} point, or behind"
+    )
+    header, rows = verdict_table(verdict)
+    lines += ["", f"## {title}" if markdown else f"=== {title} ===", "", render(header, rows)]
     lines += ["", "settings per system:"]
-    lines += [f"  {system.name}: {system.settings}" for system in systems]
+    for max_tokens, size_systems in systems.items():
+        lines += [f"  {system.name} (max_tokens {max_tokens}): {system.settings}" for system in size_systems]
     lines += [
         "",
         "wall time per phase: " + ", ".join(f"{phase} {seconds:.1f} s" for phase, seconds in phases.seconds.items()),
@@ -929,16 +1424,32 @@ def text_report(
 def json_report(
     args: argparse.Namespace,
     question_sets: Sequence[QuestionSet],
-    results: dict[str, list[SystemResult]],
-    systems: Sequence[System],
+    results: dict[str, dict[int, list[SystemResult]]],
+    tables: dict[str, list[Table]],
+    verdict: Sequence[VerdictRow],
+    systems: dict[int, list[System]],
     notes: Sequence[str],
     phases: Timings,
 ) -> str:
-    def result_json(result: SystemResult) -> dict[str, Any]:
+    def result_json(result: SystemResult, set_tables: Sequence[Table]) -> dict[str, Any]:
         placement = result.placement
+        own = [table for table in set_tables if table.max_tokens == result.max_tokens]
+        scores: dict[str, Any] = {}
+        differences: dict[str, Any] = {}
+        for table in own:
+            for retriever in args.retrievers:
+                scores.setdefault(retriever, {}).setdefault(str(table.budget), {})[table.group] = table.means[
+                    result.name
+                ][retriever]
+                if result.name in table.differences:
+                    differences.setdefault(retriever, {}).setdefault(str(table.budget), {})[table.group] = {
+                        metric: interval.to_json()
+                        for metric, interval in table.differences[result.name][retriever].items()
+                    }
         return {
             "chunks": result.chunks,
             "mean_tokens": result.mean_tokens,
+            "chunks_under_small_tokens": result.small_chunks,
             "placement": {
                 "chunks": placement.chunks,
                 "by_own_offset": placement.by_own_offset,
@@ -949,37 +1460,76 @@ def json_report(
                 "uncovered_chars": placement.uncovered_chars,
                 "examples": placement.examples,
             },
-            "scores": {
-                embedder: {str(budget): groups for budget, groups in budgets.items()}
-                for embedder, budgets in result.scores.items()
-            },
+            "scores": scores,
+            "difference_to_default": differences,
             "seconds": result.seconds,
+        }
+
+    def best_json(set_tables: Sequence[Table], max_tokens: int) -> dict[str, Any]:
+        best: dict[str, Any] = {}
+        for table in set_tables:
+            if table.max_tokens == max_tokens:
+                for retriever, metrics in table.best.items():
+                    best.setdefault(retriever, {}).setdefault(str(table.budget), {})[table.group] = metrics
+        return best
+
+    def set_json(question_set: QuestionSet) -> dict[str, Any]:
+        set_results = results[question_set.name]
+        set_tables = tables[question_set.name]
+        return {
+            "held_out": question_set.held_out,
+            "documents": len(question_set.documents),
+            "questions": len(question_set.questions),
+            "groups": {group: len(indices) for group, indices in question_set.groups.items()},
+            "rule": question_set.rule_counts,
+            "notes": question_set.notes,
+            "sizes": {
+                str(max_tokens): {
+                    "default_small_chunks": next(
+                        {"under_tokens": SMALL_CHUNK_TOKENS, "chunks": r.small_chunks, "of": r.chunks}
+                        for r in size_results
+                        if r.name == DEFAULT_SYSTEM
+                    ),
+                    "results": {result.name: result_json(result, set_tables) for result in size_results},
+                    "best": best_json(set_tables, max_tokens),
+                }
+                for max_tokens, size_results in set_results.items()
+            },
         }
 
     report = {
         "settings": {
-            "chunk_tokens": args.chunk_tokens,
-            "overlap_tokens": args.overlap_tokens,
+            "max_tokens": list(args.max_tokens),
+            "overlap_fraction": args.overlap_fraction,
+            "overlap_tokens": {str(size): overlap_tokens_for(size, args.overlap_fraction) for size in args.max_tokens},
             "budgets_tokens": list(args.budgets),
+            "budget_rule": "whole chunks while they fit, then the chunk that crosses the budget cut to it",
             "tokenizer": ENCODING_NAME,
-            "embedders": list(args.embedders),
+            "retrievers": list(args.retrievers),
+            "rrf_k": 60,
+            "bootstrap": {
+                "resamples": args.bootstrap_resamples,
+                "seed": args.bootstrap_seed,
+                "confidence": CONFIDENCE,
+                "paired_with": DEFAULT_SYSTEM,
+                "metrics": list(COMPARED_METRICS),
+            },
+            "within_points": WITHIN_POINTS,
+            "units": "scores, differences and gaps are fractions from 0 to 1 (the text report shows % and points)",
             "set": list(args.settings),
+            "chunkline_variants": list(args.chunkline_variants),
             "questions_limit": args.questions_limit,
             "markdown_questions": args.markdown_questions,
+            "sources": {name: str(folder) for name, folder in args.sources.items()},
         },
         "versions": versions(),
         "notes": list(notes),
-        "systems": {system.name: system.settings for system in systems},
-        "sets": {
-            question_set.name: {
-                "documents": len(question_set.documents),
-                "questions": len(question_set.questions),
-                "groups": {group: len(indices) for group, indices in question_set.groups.items()},
-                "rule": question_set.rule_counts,
-                "results": {result.name: result_json(result) for result in results[question_set.name]},
-            }
-            for question_set in question_sets
+        "systems": {
+            str(max_tokens): {system.name: system.settings for system in size_systems}
+            for max_tokens, size_systems in systems.items()
         },
+        "sets": {question_set.name: set_json(question_set) for question_set in ordered_sets(question_sets)},
+        "verdict": [row.to_json() for row in verdict],
         "seconds": phases.seconds,
     }
     return json.dumps(report, indent=2)
@@ -995,24 +1545,64 @@ def comma_list(value: str) -> list[str]:
     return items
 
 
-def budget_list(value: str) -> list[int]:
+def count_list(value: str) -> list[int]:
     try:
-        budgets = [int(item) for item in comma_list(value)]
+        counts = [int(item) for item in comma_list(value)]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"budgets are whole numbers of tokens, got {value!r}") from None
-    if any(budget < 1 for budget in budgets):
-        raise argparse.ArgumentTypeError("budgets must be at least 1 token")
-    return budgets
+        raise argparse.ArgumentTypeError(f"give whole numbers of tokens, got {value!r}") from None
+    if any(count < 1 for count in counts):
+        raise argparse.ArgumentTypeError("token counts must be at least 1")
+    return list(dict.fromkeys(counts))
+
+
+def source_pair(value: str) -> tuple[str, Path]:
+    name, equals, folder = value.partition("=")
+    if not equals or not name.strip() or not folder:
+        raise argparse.ArgumentTypeError(f"give NAME=DIR, got {value!r}")
+    return name.strip(), Path(folder)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--sets", type=comma_list, help="question sets (default: markdown, and chroma when --retrieval is given)"
+        "--sets",
+        type=comma_list,
+        help="question sets: chroma, markdown, and the sets of benchmarks.question_sets (default: markdown, "
+        "chroma when --retrieval is given, and every set given a --source)",
+    )
+    parser.add_argument(
+        "--source",
+        dest="sources",
+        action="append",
+        type=source_pair,
+        default=[],
+        metavar="NAME=DIR",
+        help="the folder a set of benchmarks.question_sets is built from (repeatable)",
     )
     parser.add_argument("--systems", type=comma_list, help="names or shell patterns of the rows (default: all)")
-    parser.add_argument("--embedders", type=comma_list, default=list(EMBEDDERS), help="default: wordllama,bm25")
-    parser.add_argument("--budgets", type=budget_list, default=list(BUDGETS_TOKENS), help="default: 1024,2048")
+    parser.add_argument(
+        "--retrievers", type=comma_list, default=list(RETRIEVERS), help="default: " + ",".join(RETRIEVERS)
+    )
+    parser.add_argument(
+        "--max-tokens",
+        type=count_list,
+        default=list(MAX_TOKENS),
+        help="chunk sizes, every system at each (default: " + ",".join(map(str, MAX_TOKENS)) + ")",
+    )
+    parser.add_argument(
+        "--overlap-fraction",
+        type=float,
+        default=OVERLAP_FRACTION,
+        help="overlap as a share of the chunk size where a system has a token overlap setting (default 50/512)",
+    )
+    parser.add_argument(
+        "--budgets",
+        type=count_list,
+        default=list(BUDGETS_TOKENS),
+        help="default: " + ",".join(map(str, BUDGETS_TOKENS)),
+    )
+    parser.add_argument("--bootstrap-resamples", type=int, default=BOOTSTRAP_RESAMPLES, metavar="N")
+    parser.add_argument("--bootstrap-seed", type=int, default=BOOTSTRAP_SEED, metavar="SEED")
     parser.add_argument("--questions-limit", type=int, metavar="N", help="the first N questions of each corpus")
     parser.add_argument(
         "--markdown-questions",
@@ -1021,8 +1611,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         metavar="N",
         help=f"the most questions the markdown rule keeps (default: {MARKDOWN_QUESTIONS})",
     )
-    parser.add_argument("--chunk-tokens", type=int, default=CHUNK_TOKENS, help=f"default: {CHUNK_TOKENS}")
-    parser.add_argument("--overlap-tokens", type=int, default=OVERLAP_TOKENS, help=f"default: {OVERLAP_TOKENS}")
     parser.add_argument(
         "--set",
         dest="settings",
@@ -1038,7 +1626,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         action="extend",
         default=[],
         metavar="VARIANT",
-        help="extra chunkline rows: 'a=1;b=2' is one, 'min_tokens=32/64/128' three",
+        help="extra chunkline rows at every size: 'a=1;b=2' is one, 'min_tokens=32/64/128' three",
     )
     parser.add_argument("--retrieval", type=Path, help="the folder of Chroma's chunking evaluation (the chroma set)")
     parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS, help="the markdown corpus folder")
@@ -1047,26 +1635,56 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.markdown:
         args.format = "markdown"
+    registered = registered_sets()
+    sources: dict[str, Path] = {}
+    for name, folder in args.sources:
+        if name in BUILTIN_SETS:
+            option = "--retrieval" if name == "chroma" else "--corpus"
+            parser.error(f"--source {name}=...: the {name} set takes its folder with {option}")
+        if name not in registered:
+            parser.error(f"--source {name}=...: no set {name!r}; sets: {', '.join([*BUILTIN_SETS, *registered])}")
+        if name in sources:
+            parser.error(f"--source {name}=... is given twice")
+        sources[name] = folder
+    args.sources = sources
     if args.sets is None:
-        args.sets = ["chroma", "markdown"] if args.retrieval is not None else ["markdown"]
+        args.sets = [*(["chroma"] if args.retrieval is not None else []), "markdown", *sources]
+    args.sets = list(dict.fromkeys(args.sets))
     for name in args.sets:
-        if name not in SETS:
-            parser.error(f"unknown set {name!r}; sets: {', '.join(SETS)}")
-    for name in args.embedders:
-        if name not in EMBEDDERS:
-            parser.error(f"unknown embedder {name!r}; embedders: {', '.join(EMBEDDERS)}")
+        if name not in BUILTIN_SETS and name not in registered:
+            parser.error(f"unknown set {name!r}; sets: {', '.join([*BUILTIN_SETS, *registered])}")
+    for name in args.retrievers:
+        if name not in RETRIEVERS:
+            parser.error(f"unknown retriever {name!r}; retrievers: {', '.join(RETRIEVERS)}")
+    args.retrievers = [name for name in RETRIEVERS if name in args.retrievers]
     if args.questions_limit is not None and args.questions_limit < 1:
         parser.error("--questions-limit must be at least 1")
-    if not 0 <= args.overlap_tokens < args.chunk_tokens:
-        parser.error("--overlap-tokens must be >= 0 and less than --chunk-tokens")
+    if not 0 <= args.overlap_fraction < 1:
+        parser.error("--overlap-fraction must be >= 0 and less than 1")
+    if args.bootstrap_resamples < 1:
+        parser.error("--bootstrap-resamples must be at least 1")
     folders = {"chroma": (args.retrieval, "--retrieval"), "markdown": (args.corpus, "--corpus")}
     for name in args.sets:
-        folder, option = folders[name]
+        folder, option = folders.get(name, (sources.get(name), f"--source {name}=DIR"))
         if folder is None:
-            parser.error(f"the {name} set needs its folder: pass it with {option} PATH")
+            parser.error(f"the {name} set needs its folder: pass it with {option}")
         if not folder.is_dir():
-            parser.error(f"the {name} set's folder {folder.resolve()} is missing; pass it with {option} PATH")
+            parser.error(f"the {name} set's folder {folder.resolve()} is missing; pass it with {option}")
     return args
+
+
+def load_sets(args: argparse.Namespace, count_tokens: Callable[[str], int]) -> list[QuestionSet]:
+    question_sets = []
+    for name in args.sets:
+        if name == "chroma":
+            question_sets.append(load_chroma_set(args.retrieval, args.questions_limit))
+        elif name == "markdown":
+            question_sets.append(
+                load_markdown_set(args.corpus, args.markdown_questions, args.questions_limit, count_tokens)
+            )
+        else:
+            question_sets.append(load_registered_set(name, args.sources[name], args.questions_limit, count_tokens))
+    return ordered_sets(question_sets)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1079,46 +1697,77 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit(f"error: the evaluation core is not importable ({error})") from None
 
     started = time.perf_counter()
-    systems, notes = build_systems(args)
-    if not systems:
-        raise SystemExit("error: --systems matches no system")
+    systems: dict[int, list[System]] = {}
+    notes: list[str] = []
+    for max_tokens in args.max_tokens:
+        systems[max_tokens], size_notes = build_systems(args, max_tokens)
+        notes += [note for note in size_notes if note not in notes]
     count_tokens = budget_token_counter()
-    embedder = load_wordllama_embedder() if "wordllama" in args.embedders else None
+    dense = "wordllama" in args.retrievers or "hybrid" in args.retrievers
+    embedder = load_wordllama_embedder() if dense else None
     phases.add("setup", time.perf_counter() - started)
 
-    question_sets: list[QuestionSet] = []
     started = time.perf_counter()
-    if "chroma" in args.sets:
-        question_sets.append(load_chroma_set(args.retrieval, args.questions_limit))
-    if "markdown" in args.sets:
-        question_sets.append(
-            load_markdown_set(args.corpus, args.markdown_questions, args.questions_limit, count_tokens)
-        )
+    question_sets = load_sets(args, count_tokens)
     phases.add("load sets and build questions", time.perf_counter() - started)
     for question_set in question_sets:
         progress(
             f"{question_set.name}: {len(question_set.documents)} documents, {len(question_set.questions)} questions"
+            + (" (held out)" if question_set.held_out else "")
         )
         for line in rule_lines(question_set):
             progress(line)
 
-    results: dict[str, list[SystemResult]] = {}
+    results: dict[str, dict[int, list[SystemResult]]] = {}
+    tables: dict[str, list[Table]] = {}
     for question_set in question_sets:
-        results[question_set.name] = []
-        for system in systems:
-            result = evaluate_system(system, question_set, embedder, args.embedders, args.budgets, count_tokens)
-            results[question_set.name].append(result)
-            for phase, seconds in result.seconds.items():
-                phases.add(phase.split(" ")[0] if phase in ("chunk", "count") else phase, seconds)
-            progress(
-                f"{question_set.name} / {system.name}: {result.chunks} chunks in "
-                + ", ".join(f"{phase} {seconds:.1f} s" for phase, seconds in result.seconds.items())
-            )
+        query_vectors = None
+        if embedder is not None:
+            started = time.perf_counter()
+            query_vectors = embedder.embed([question.question for question in question_set.questions])
+            phases.add("wordllama query", time.perf_counter() - started)
+        results[question_set.name] = {}
+        for max_tokens, size_systems in systems.items():
+            results[question_set.name][max_tokens] = []
+            for system in size_systems:
+                result = evaluate_system(
+                    system,
+                    question_set,
+                    max_tokens,
+                    embedder,
+                    query_vectors,
+                    args.retrievers,
+                    args.budgets,
+                    count_tokens,
+                )
+                results[question_set.name][max_tokens].append(result)
+                for phase, seconds in result.seconds.items():
+                    phases.add(phase, seconds)
+                progress(
+                    f"{question_set.name} / {system.name} / {max_tokens}: {result.chunks} chunks in "
+                    + ", ".join(f"{phase} {seconds:.1f} s" for phase, seconds in result.seconds.items())
+                )
+        started = time.perf_counter()
+        tables[question_set.name] = build_tables(
+            question_set,
+            results[question_set.name],
+            args.retrievers,
+            args.budgets,
+            args.bootstrap_resamples,
+            args.bootstrap_seed,
+        )
+        phases.add("bootstrap", time.perf_counter() - started)
+    held_out = {question_set.name: question_set.held_out for question_set in question_sets}
+    verdict = verdict_rows([table for name in tables for table in tables[name]], held_out, args.retrievers)
     phases.add("total", time.perf_counter() - wall)
     if args.format == "json":
-        print(json_report(args, question_sets, results, systems, notes, phases))
+        print(json_report(args, question_sets, results, tables, verdict, systems, notes, phases))
     else:
-        print(text_report(args, question_sets, results, systems, notes, phases, args.format == "markdown"))
+        print(
+            text_report(
+                args, question_sets, results, tables, verdict, systems, notes, phases, args.format == "markdown"
+            )
+        )
     return 0
 
 

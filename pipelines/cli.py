@@ -6,7 +6,7 @@
     ``chunkline run`` gives them. Runs the engine directly; no Beam.
 ``chunkline evaluate CORPUS... --questions FILE [--config [NAME=]FILE ...]``
     Measure what each chunking config does to retrieval: chunk the corpus with it, retrieve the best chunks
-    for every question within one token budget (an offline embedding model and BM25), and report recall,
+    for every question within one token budget (an offline embedding model, BM25, their hybrid), and report recall,
     precision and IoU over the questions' reference character ranges. No Beam.
 ``chunkline strategies``
     List the registered chunking strategies with their parameters and defaults.
@@ -173,7 +173,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="measure what chunking configs do to retrieval, on your own questions",
         description=(
             "Chunk the corpus with each --config, retrieve the best chunks for every question within the same "
-            "token budget with an offline embedding model and with BM25, and report recall, precision and IoU "
+            "token budget with an offline embedding model and with BM25 (and their hybrid, with --retriever "
+            "hybrid or all), and report recall, precision and IoU "
             "over the questions' reference character ranges. Questions: Chroma's questions_df.csv, or JSON "
             'Lines {"question": ..., "references": [{"doc_id": ..., "start_char": ..., "end_char": ...}]}.'
         ),
@@ -201,13 +202,15 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive_count,
         default=1000,
         metavar="N",
-        help="retrieved tokens per question, counted in cl100k_base on the chunks' text (default 1000)",
+        help="retrieved tokens per question, counted in cl100k_base on the chunks' text; the chunk that crosses "
+        "the budget is cut to it (default 1000)",
     )
     evaluate.add_argument(
         "--retriever",
-        choices=("embedding", "bm25", "both"),
+        choices=("embedding", "bm25", "hybrid", "both", "all"),
         default="both",
-        help="embedding: wordllama's offline model; bm25: the lexical baseline; both (default)",
+        help="embedding: wordllama's offline model; bm25: the lexical baseline; hybrid: the two rankings fused "
+        "(reciprocal rank fusion, k 60); both: embedding and bm25 (default); all: the three",
     )
     evaluate.add_argument(
         "--format", choices=("table", "json"), default="table", help="table (default) or one JSON object"
@@ -585,7 +588,9 @@ def _evaluate_command(arguments: argparse.Namespace) -> int:
     configs = load_named_configs(arguments.configs, arguments.overrides)
     for config in configs.values():
         counter_for(config)  # a tokenizer that cannot load fails here, before any work
-    retrievers = ("embedding", "bm25") if arguments.retriever == "both" else (arguments.retriever,)
+    retrievers = {"both": ("embedding", "bm25"), "all": ("embedding", "bm25", "hybrid")}.get(
+        arguments.retriever, (arguments.retriever,)
+    )
     if arguments.report and not _report_extra_installed(arguments):
         return 2  # before the evaluation, not after it
 

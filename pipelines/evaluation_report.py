@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 __all__ = ["render_evaluation_report", "metric_figure"]
 
 #: One colour per retriever, in the order they are drawn.
-_RETRIEVER_COLORS = {"embedding": "#3b6ea5", "bm25": "#d08c2f"}
+_RETRIEVER_COLORS = {"embedding": "#3b6ea5", "bm25": "#d08c2f", "hybrid": "#4f9a6b"}
 _OTHER_COLOR = "#6b7b8c"
 
 _COLUMNS = (

@@ -14,6 +14,7 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import chunkline
@@ -254,48 +255,301 @@ def small_corpus(tmp_path: Path, text: str) -> Path:
     return corpus
 
 
+@pytest.mark.slow
 def test_a_run_on_a_small_markdown_corpus(tmp_path, text, capsys):
     corpus = small_corpus(tmp_path, text)
-    arguments = ["--sets", "markdown", "--corpus", str(corpus), "--embedders", "bm25", "--budgets", "300,600"]
-    arguments += ["--systems", "chunkline,window 200", "--chunkline-variants", "max_tokens=128/256", "--format", "json"]
-    assert bench.main(arguments) == 0
+    arguments = ["--sets", "markdown", "--corpus", str(corpus), "--retrievers", "bm25", "--budgets", "300,600"]
+    arguments += ["--max-tokens", "128,256", "--systems", "window", "--chunkline-variants", "min_tokens=0/64"]
+    assert bench.main([*arguments, "--bootstrap-resamples", "50", "--format", "json"]) == 0
     report = json.loads(capsys.readouterr().out)
+    assert report["settings"]["overlap_tokens"] == {"128": 12, "256": 25}
+    assert report["settings"]["bootstrap"]["resamples"] == 50
     markdown = report["sets"]["markdown"]
     assert markdown["documents"] == 3 and markdown["questions"] == 1
     assert markdown["rule"]["qualifying"] == 1 and markdown["rule"]["no Summary heading"] == 2
-    # Variant rows are run whatever --systems selects.
-    assert set(markdown["results"]) == {
-        "chunkline",
-        "chunkline max_tokens=128",
-        "chunkline max_tokens=256",
-        "window 200",
-    }
-    for name, result in markdown["results"].items():
-        assert result["chunks"] > 0 and result["placement"]["not_located"] == 0, name
-        for budget in ("300", "600"):
-            scores = result["scores"]["bm25"][budget]["all"]
-            assert all(0.0 <= scores[metric] <= 1.0 for metric in ("recall", "precision", "iou", "hit")), name
+    assert set(markdown["sizes"]) == {"128", "256"}
+    for size, figures in markdown["sizes"].items():
+        # The default and the variant rows are run at every size, whatever --systems selects.
+        assert set(figures["results"]) == {"chunkline", "chunkline min_tokens=0", "chunkline min_tokens=64", "window"}
+        assert report["systems"][size]["window"].count(f'"max_tokens":{size}') == 1
+        default = figures["results"]["chunkline"]
+        assert "difference_to_default" in default and default["difference_to_default"] == {}
+        assert figures["default_small_chunks"]["of"] == default["chunks"]
+        for name, result in figures["results"].items():
+            assert result["chunks"] > 0 and result["placement"]["not_located"] == 0, name
+            for budget in ("300", "600"):
+                scores = result["scores"]["bm25"][budget]["all"]
+                assert all(0.0 <= scores[metric] <= 1.0 for metric in ("recall", "precision", "iou", "hit")), name
+                if name != "chunkline":
+                    for metric in ("recall", "iou"):
+                        interval = result["difference_to_default"]["bm25"][budget]["all"][metric]
+                        expected = scores[metric] - default["scores"]["bm25"][budget]["all"][metric]
+                        assert interval["mean"] == pytest.approx(expected)
+                        assert interval["low"] <= interval["mean"] <= interval["high"]  # one question: all equal
+        best = figures["best"]["bm25"]["300"]["all"]["recall"]
+        top = max(result["scores"]["bm25"]["300"]["all"]["recall"] for result in figures["results"].values())
+        assert best and all(figures["results"][name]["scores"]["bm25"]["300"]["all"]["recall"] == top for name in best)
+    # One verdict row per size x budget x retriever x metric.
+    assert len(report["verdict"]) == 2 * 2 * 1 * 2
+    row = report["verdict"][0]
+    assert row["set"] == "markdown" and not row["held_out"]
+    assert row["gap"] == pytest.approx(row["default"] - row["best_other_figure"])
+    assert row["best_peer"] == "window"
+    expected = "first" if row["gap"] >= 0 else ("within 0.5" if row["gap"] >= -0.005 else "behind by")
+    assert row["verdict"].startswith(expected)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("output", ["text", "markdown"])
-def test_the_tables_name_every_row_and_budget(tmp_path, text, capsys, output):
+def test_the_tables_name_every_row_size_and_budget(tmp_path, text, capsys, output):
     corpus = small_corpus(tmp_path, text)
-    arguments = ["--sets", "markdown", "--corpus", str(corpus), "--embedders", "bm25", "--budgets", "300,600"]
-    assert bench.main([*arguments, "--systems", "chunkline*,window 400", "--format", output]) == 0
+    arguments = ["--sets", "markdown", "--corpus", str(corpus), "--retrievers", "bm25", "--budgets", "300,600"]
+    arguments += ["--max-tokens", "128,256", "--bootstrap-resamples", "20"]
+    assert bench.main([*arguments, "--systems", "chunkline*,window", "--format", output]) == 0
     printed = capsys.readouterr().out
     assert "markdown rule: 3 files, 1 give a question" in printed
-    for budget in (300, 600):
-        assert f"markdown: 1 questions, budget {budget} tokens" in printed
+    assert "overlap 0.09766 of the size (12 at 128, 25 at 256)" in printed
+    assert "chunkline's chunks under 32 tokens: max_tokens 128: " in printed
+    for size in (128, 256):
+        for budget in (300, 600):
+            assert f"markdown: 1 questions, max_tokens {size}, budget {budget} tokens" in printed
+            assert f"markdown, max_tokens {size}, budget {budget}: each system minus chunkline" in printed
+    assert "verdict: chunkline against the best other row" in printed
     rows = [line for line in printed.splitlines() if line.lstrip("| ").startswith(("chunkline", "window"))]
-    names = {"chunkline", "window 400", *(f"chunkline {name}" for name in bench.CHUNKLINE_STRATEGIES)}
+    names = {"chunkline", "window", *(f"chunkline {name}" for name in bench.CHUNKLINE_STRATEGIES)}
     for name in names:
-        assert sum(1 for row in rows if row.lstrip("| ").split("  ")[0].split(" |")[0].strip() == name) >= 2, name
+        # A score row per size and budget (and a difference row for every system but the default).
+        count = sum(1 for row in rows if row.lstrip("| ").split("  ")[0].split(" |")[0].strip() == name)
+        assert count >= 4, name
+
+
+def test_chunkline_rows_run_at_each_size_with_the_same_overlap():
+    args = bench.parse_args(["--max-tokens", "256,512", "--chunkline-variants", "min_tokens=64", "--systems", "x"])
+    assert (bench.overlap_tokens_for(512), bench.overlap_tokens_for(256)) == (50, 25)
+    for size, overlap in ((256, 25), (512, 50)):
+        systems, _ = bench.build_systems(args, size)
+        settings = {system.name: system.settings for system in systems}
+        # The default and the variants are run whatever --systems selects.
+        assert list(settings) == ["chunkline", "chunkline min_tokens=64"]
+        assert (
+            f'"max_tokens":{size}' in settings["chunkline"] and f'"overlap_tokens":{overlap}' in settings["chunkline"]
+        )
+        assert f'"max_tokens":{size}' in settings["chunkline min_tokens=64"]
+
+
+PEER_ROWS = (
+    "semantic-text-splitter markdown",
+    "semantic-text-splitter text",
+    "langchain recursive",
+    "langchain markdown",
+    "chonkie recursive",
+)
+
+
+@pytest.mark.slow
+def test_every_system_runs_at_each_size_with_the_same_overlap():
+    args = bench.parse_args(["--max-tokens", "256,512", "--chunkline-variants", "min_tokens=64"])
+    for size, overlap in ((256, 25), (512, 50)):
+        systems, _ = bench.build_systems(args, size)
+        settings = {system.name: system.settings for system in systems}
+        expected = [
+            "chunkline",
+            "chunkline min_tokens=64",
+            *(f"chunkline {name}" for name in bench.CHUNKLINE_STRATEGIES),
+        ]
+        for family, package in (
+            ("semantic-text-splitter", "semantic_text_splitter"),
+            ("langchain", "langchain_text_splitters"),
+            ("chonkie", "chonkie"),
+        ):
+            if importlib.util.find_spec(package) is not None:
+                expected += [name for name in PEER_ROWS if name.startswith(family)]
+        assert list(settings) == [*expected, "window"]
+        assert (
+            f'"max_tokens":{size}' in settings["chunkline"] and f'"overlap_tokens":{overlap}' in settings["chunkline"]
+        )
+        assert f'"max_tokens":{size}' in settings["chunkline min_tokens=64"]
+        assert f'"max_tokens":{size}' in settings["window"] and '"overlap_tokens":0' in settings["window"]
+        for name, setting in settings.items():
+            if name.startswith("langchain"):
+                assert f"chunk_size={size}, chunk_overlap={overlap}" in setting
+            if name.startswith("semantic-text-splitter"):
+                assert f"{size}, overlap={overlap}" in setting
+            if name.startswith("chonkie"):
+                assert f"chunk_size={size}" in setting
+
+
+def test_retrieve_cuts_the_chunk_that_crosses_the_budget():
+    from chunkline.evaluation.metrics import RetrievedRange
+
+    ranges = [RetrievedRange("a.md", 0, 100), RetrievedRange("a.md", 100, 180), RetrievedRange("b.md", 0, 30)]
+    # Ranked 2, 0, 1 with 6, 40 and 20 tokens; budget 50: 2 and 0 whole (46), then 1 cut to 4 of 20 tokens:
+    # floor(80 * 4 / 20) = 16 characters.
+    retrieved = bench.retrieve([2, 0, 1], [40, 20, 6], 50, ranges)
+    assert retrieved == [
+        RetrievedRange("b.md", 0, 30),
+        RetrievedRange("a.md", 0, 100),
+        RetrievedRange("a.md", 100, 116),
+    ]
+
+
+# ---------------------------------------------------------------------------------- paired bootstrap
+
+
+def test_the_paired_bootstrap_is_deterministic_and_paired():
+    weights = bench.bootstrap_weights(40, 500, seed=7)
+    assert weights.shape == (500, 40) and (weights.sum(axis=1) == 40).all()
+    assert (weights == bench.bootstrap_weights(40, 500, seed=7)).all()
+    rng = np.random.default_rng(3)
+    default = rng.random(40)
+    # The same per-question scores: no difference at all. A constant shift: exactly that shift.
+    assert bench.difference_interval(default, default, weights) == bench.Interval(0.0, 0.0, 0.0)
+    shifted = bench.difference_interval(default + 0.05, default, weights)
+    assert (shifted.low, shifted.mean, shifted.high) == pytest.approx((0.05, 0.05, 0.05))
+    # Noise around a small gain: the interval holds the mean and widens with the noise.
+    small = bench.difference_interval(default + 0.01 + rng.normal(0, 0.02, 40), default, weights)
+    large = bench.difference_interval(default + 0.01 + rng.normal(0, 0.2, 40), default, weights)
+    assert small.low < small.mean < small.high and large.low < large.mean < large.high
+    assert large.high - large.low > small.high - small.low
+    assert bench.negated(small) == bench.Interval(-small.mean, -small.high, -small.low)
+
+
+def hand_table(means: dict[str, float], set_name: str = "hand") -> object:
+    figures = {name: {"bm25": {"recall": value, "iou": value / 10}} for name, value in means.items()}
+    differences = {
+        name: {
+            "bm25": {
+                metric: bench.Interval(
+                    figures[name]["bm25"][metric] - figures["chunkline"]["bm25"][metric],
+                    figures[name]["bm25"][metric] - figures["chunkline"]["bm25"][metric] - 0.01,
+                    figures[name]["bm25"][metric] - figures["chunkline"]["bm25"][metric] + 0.01,
+                )
+                for metric in ("recall", "iou")
+            }
+        }
+        for name in means
+        if name != "chunkline"
+    }
+    return bench.Table(set_name, "all", 10, 512, 1024, figures, differences, {})
+
+
+def test_the_verdict_names_the_best_other_row_and_the_best_other_chunker():
+    tables = [
+        hand_table({"chunkline": 0.500, "chunkline blocks": 0.520, "langchain recursive": 0.503, "window": 0.40}),
+        hand_table({"chunkline": 0.600, "chunkline blocks": 0.590, "window": 0.597}, "level"),
+        hand_table({"chunkline": 0.600, "chunkline blocks": 0.590, "chonkie recursive": 0.560}, "kept out"),
+    ]
+    held_out = {"hand": False, "level": False, "kept out": True}
+    rows = bench.verdict_rows([tables[2], tables[0], tables[1]], held_out, ["bm25"])
+    assert [(row.set_name, row.metric) for row in rows] == [
+        ("hand", "recall"),
+        ("hand", "iou"),
+        ("level", "recall"),
+        ("level", "iou"),
+        ("kept out", "recall"),
+        ("kept out", "iou"),
+    ]
+    recall = rows[0]
+    assert (recall.best_other, recall.best_peer) == ("chunkline blocks", "langchain recursive")
+    assert recall.gap == pytest.approx(-0.02) and recall.verdict == "behind by 2.0"
+    assert (recall.gap_interval.low, recall.gap_interval.high) == pytest.approx((-0.03, -0.01))
+    assert rows[1].gap == pytest.approx(-0.002) and rows[1].verdict == "within 0.5"
+    assert (rows[2].best_other, rows[2].verdict) == ("window", "first")
+    assert rows[4].held_out and rows[4].best_peer == "chonkie recursive"
+    header, body = bench.verdict_table(rows)
+    assert body[4][0] == "kept out (held out)" and body[0][-1] == "behind by 2.0"
+
+
+# ---------------------------------------------------------------------------------- pluggable question sets
+
+TIDE_TABLE = """# Tide tables
+
+The harbour publishes its tide tables every December for the following year.
+
+## Reading a table
+
+Each row gives the date, the time of high water and its height above chart datum, in metres.
+Heights below datum are printed with a minus sign.
+
+## Spring tides
+
+Spring tides come two days after a full or new moon, when the range between high and low water is
+at its largest; neap tides come in between.
+"""
+
+
+def tiny_set(held_out: bool):
+    """A set built from the one hand-written document in its source folder: two questions, each answered by
+    one sentence of it."""
+    from benchmarks.question_sets import BuiltSet
+    from chunkline.evaluation.questions import Question, ReferenceSpan
+
+    def build(source: Path, count_tokens) -> BuiltSet:
+        text = (source / "tides.md").read_text(encoding="utf-8")
+        answers = {
+            "How are heights below chart datum printed?": "Heights below datum are printed with a minus sign.",
+            "When do spring tides come?": "Spring tides come two days after a full or new moon",
+        }
+        questions = [
+            Question(question, (ReferenceSpan("tides.md", text.index(answer), text.index(answer) + len(answer)),))
+            for question, answer in answers.items()
+        ]
+        notes = [f"one document, {count_tokens(text)} tokens"]
+        return BuiltSet([("tides.md", text)], questions, {"files": 1, "questions": 2}, notes, held_out)
+
+    return build
+
+
+def test_a_registered_set_is_built_from_its_source_and_reported(tmp_path, capsys, monkeypatch):
+    import benchmarks.question_sets as question_sets
+
+    source = tmp_path / "tides"
+    source.mkdir()
+    (source / "tides.md").write_text(TIDE_TABLE, encoding="utf-8")
+    monkeypatch.setitem(question_sets.SETS, "tides", tiny_set(held_out=False))
+    monkeypatch.setitem(question_sets.SETS, "tides-held", tiny_set(held_out=True))
+    arguments = ["--sets", "tides-held,tides", "--source", f"tides={source}", "--source", f"tides-held={source}"]
+    arguments += ["--retrievers", "bm25", "--budgets", "64", "--max-tokens", "64", "--systems", "window"]
+    arguments += ["--bootstrap-resamples", "20"]
+    assert bench.main([*arguments, "--format", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert list(report["sets"]) == ["tides", "tides-held"]  # the held-out set last, whatever the order asked
+    tides = report["sets"]["tides"]
+    assert (tides["documents"], tides["questions"], tides["held_out"]) == (1, 2, False)
+    assert tides["rule"] == {"files": 1, "questions": 2}
+    assert tides["notes"][0].startswith("one document, ")
+    assert report["sets"]["tides-held"]["held_out"] is True
+    assert report["settings"]["sources"] == {"tides": str(source), "tides-held": str(source)}
+    assert set(tides["sizes"]["64"]["results"]) == {"chunkline", "window"}
+    # Two 64-token windows; each question's rare words are in the window that holds its answer, and the budget is
+    # one whole window.
+    assert tides["sizes"]["64"]["results"]["window"]["scores"]["bm25"]["64"]["all"]["hit"] == 1.0
+    assert [row["held_out"] for row in report["verdict"]] == [False, False, True, True]
+
+    assert bench.main([*arguments, "--format", "text"]) == 0
+    printed = capsys.readouterr().out
+    held = printed.index("=== held out: tides-held")
+    assert printed.index("=== tides ===") < held < printed.index("=== verdict")
+    assert "tides rule: files: 1, questions: 2" in printed
+    assert "tides-held (held out)" in printed[printed.index("=== verdict") :]
+
+
+def test_a_registered_set_needs_its_source(tmp_path, monkeypatch, capsys):
+    import benchmarks.question_sets as question_sets
+
+    monkeypatch.setitem(question_sets.SETS, "tides", tiny_set(held_out=False))
+    with pytest.raises(SystemExit):
+        bench.main(["--sets", "tides"])
+    assert "the tides set needs its folder: pass it with --source tides=DIR" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        bench.main(["--source", f"lighthouses={tmp_path}"])
+    assert "no set 'lighthouses'" in capsys.readouterr().err
 
 
 def test_a_chunkline_setting_that_is_refused_stops_the_run(tmp_path):
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     (corpus / "guide.md").write_text("# Guide\n\nThe gauges are read at slack water.\n", encoding="utf-8")
-    arguments = ["--sets", "markdown", "--corpus", str(corpus), "--embedders", "bm25", "--set", "max_tokenz=64"]
+    arguments = ["--sets", "markdown", "--corpus", str(corpus), "--retrievers", "bm25", "--set", "max_tokenz=64"]
     with pytest.raises(SystemExit, match="max_tokenz"):
         bench.main(arguments)

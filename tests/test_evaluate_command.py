@@ -136,22 +136,25 @@ def test_table_output_names_every_config_and_retriever(capsys):
 #   b.md = "# Office\n\nThe office opens at seven.\n"
 #          b#0 = [0, 37)   "# Office\n" (9) + "\n" (1) + "The office opens at seven.\n" (27)
 #
-# One chunk per section, indexed by its text as is (min_tokens 0, embed_context none: HAND_CONFIG).
-# The budget is the three chunks' tokens minus one: every question gets exactly its two best chunks.
+# One chunk per section, indexed by its text as is (min_tokens 0, embed_context none: HAND_CONFIG); their
+# cl100k_base tokens: a#0 11, a#1 12, b#0 9.
+# The budget is the three chunks' tokens minus one (31): every question gets its two best chunks whole and the
+# third cut to the tokens left: a#0 31 - 12 - 9 = 10 of its 11 tokens -> a.md[0, floor(40 * 10 / 11) = 36);
+# a#1 31 - 11 - 9 = 11 of its 12 tokens -> a.md[40, 40 + floor(50 * 11 / 12) = 85).
 # BM25 rankings (words of two letters or more, lowercase; "a" is no word):
 #   Q1 "When is the gauge zeroed against chart datum?": a#1 holds six of its words, b#0 only "the", a#0 none
-#      -> a#1, b#0. Reference a.md[62, 88) "zeroed against chart datum" (26 characters), inside a#1.
-#      covered 26, retrieved 50 + 37 = 87: recall 26/26, precision 26/87, IoU 26/(87 + 26 - 26) = 26/87.
+#      -> a#1, b#0, a#0 cut. Reference a.md[62, 88) "zeroed against chart datum" (26 characters), inside a#1.
+#      covered 26, retrieved 50 + 37 + 36 = 123: recall 26/26, precision 26/123, IoU 26/(123 + 26 - 26).
 #   Q2 "How often does high water come, and when does the office open?": a#0 holds "high" and "water" (each in
 #      one chunk only), b#0 "the" and "office" (twice), a#1 only "the" (in two chunks, and a#1 is the longest)
-#      -> a#0 and b#0. References a.md[9, 38) "High water comes twice a day." (29) and b.md[10, 36) "The office
-#      opens at seven." (26): 55 characters, all covered; retrieved 40 + 37 = 77: recall 1, precision 55/77,
-#      IoU 55/77.
+#      -> a#0, b#0, a#1 cut. References a.md[9, 38) "High water comes twice a day." (29) and b.md[10, 36)
+#      "The office opens at seven." (26): 55 characters, all covered; retrieved 40 + 37 + 45 = 122: recall 1,
+#      precision 55/122, IoU 55/122.
 #   Q3 "How often does the water come up?": a#0 "water" (one chunk), b#0 and a#1 "the" once each, b#0 the
-#      shorter -> a#0, b#0. Reference a.md[9, 38) (29): recall 1, precision 29/77, IoU 29/77.
-#   Q4 "When is the gauge zeroed?": a#1, then b#0 ("the"). Reference a.md[9, 88), from "High water" to
-#      "chart datum" (79 characters), across a#0 and a#1: covered a.md[40, 88) = 48, retrieved 87:
-#      recall 48/79, precision 48/87, IoU 48/(87 + 79 - 48) = 48/118.
+#      shorter -> a#0, b#0, a#1 cut. Reference a.md[9, 38) (29): recall 1, precision 29/122, IoU 29/122.
+#   Q4 "When is the gauge zeroed?": a#1, then b#0 ("the"), then a#0 cut. Reference a.md[9, 88), from "High
+#      water" to "chart datum" (79 characters), across a#0 and a#1: covered a.md[40, 88) = 48 and, of the cut
+#      a#0, a.md[9, 36) = 27: 75; retrieved 123: recall 75/79, precision 75/123, IoU 75/(123 + 79 - 75) = 75/127.
 TINY_A = "# Tides\n\nHigh water comes twice a day.\n\n# Gauge\n\nThe gauge is zeroed against chart datum.\n"
 TINY_B = "# Office\n\nThe office opens at seven.\n"
 TINY_QUESTIONS = [
@@ -162,9 +165,9 @@ TINY_QUESTIONS = [
 ]
 HAND_SETTINGS = ("min_tokens=0", "embed_context=none")
 HAND_CONFIG = ChunkConfig(min_tokens=0, embed_context="none")
-HAND_RECALL = (1 + 1 + 1 + 48 / 79) / 4
-HAND_PRECISION = (26 / 87 + 55 / 77 + 29 / 77 + 48 / 87) / 4
-HAND_IOU = (26 / 87 + 55 / 77 + 29 / 77 + 48 / 118) / 4
+HAND_RECALL = (1 + 1 + 1 + 75 / 79) / 4
+HAND_PRECISION = (26 / 123 + 55 / 122 + 29 / 122 + 75 / 123) / 4
+HAND_IOU = (26 / 123 + 55 / 122 + 29 / 122 + 75 / 127) / 4
 
 
 def _tiny_case(tmp_path: Path) -> tuple[Path, Path]:
@@ -217,12 +220,11 @@ def test_figures_equal_a_hand_computation(capsys, tmp_path):
     assert row["iou_percent"] == pytest.approx(100 * HAND_IOU, abs=1e-4)
     assert row["hit_rate_percent"] == 100
     assert row["chunks"] == 3
-    assert row["retrieved_chunks_per_question"] == 2
-    # Q1 and Q4 retrieve a#1 + b#0, Q2 and Q3 a#0 + b#0.
+    # Two whole chunks and the one cut at the budget; every question is handed exactly the budget.
+    assert row["retrieved_chunks_per_question"] == 3
+    assert row["retrieved_tokens_per_question"] == budget
     counts = [chunk.token_count for chunk in chunks]
-    assert row["retrieved_tokens_per_question"] == pytest.approx(
-        (2 * (counts[1] + counts[2]) + 2 * (counts[0] + counts[2])) / 4
-    )
+    assert counts == [11, 12, 9]
     assert row["median_chunk_tokens"] == sorted(counts)[1]
 
 
@@ -237,9 +239,71 @@ def test_the_evaluation_api_gives_the_same_figures_per_question(tmp_path):
     budget = sum(chunk.token_count for text in (TINY_A, TINY_B) for chunk in chunk_markdown(text, HAND_CONFIG)) - 1
     result = evaluate_configs(corpus, questions, {"hand": HAND_CONFIG}, budget_tokens=budget, retrievers=["bm25"])
     scores = result.results[0].per_question
-    assert [score.recall for score in scores] == pytest.approx([1, 1, 1, 48 / 79])
-    assert [score.precision for score in scores] == pytest.approx([26 / 87, 55 / 77, 29 / 77, 48 / 87])
-    assert [score.iou for score in scores] == pytest.approx([26 / 87, 55 / 77, 29 / 77, 48 / 118])
+    assert [score.recall for score in scores] == pytest.approx([1, 1, 1, 75 / 79])
+    assert [score.precision for score in scores] == pytest.approx([26 / 123, 55 / 122, 29 / 122, 75 / 123])
+    assert [score.iou for score in scores] == pytest.approx([26 / 123, 55 / 122, 29 / 122, 75 / 127])
+
+
+class _SectionEmbedder:
+    """An embedder that ranks the tiny case's sections against the question in the order Tides, Office, Gauge:
+    the reverse of BM25's Gauge, Office, Tides."""
+
+    name = "sections"
+    _VECTORS = {"# Tides": (1.0, 0.0), "# Office": (0.6, 0.8), "# Gauge": (0.0, 1.0)}
+
+    def embed(self, texts):
+        import numpy as np
+
+        return np.array(
+            [next((v for k, v in self._VECTORS.items() if t.startswith(k)), (1.0, 0.0)) for t in texts],
+            dtype=np.float32,
+        )
+
+
+def test_the_hybrid_fuses_the_two_rankings_of_each_question(tmp_path):
+    """Q4 "When is the gauge zeroed?": BM25 ranks a#1, b#0, a#0; the stand-in embedder a#0, b#0, a#1. Fused
+    (1/(60 + rank) summed): a#0 and a#1 score 1/61 + 1/63 = 0.032266, b#0 2/62 = 0.032258; a#0 and a#1 tie and
+    keep the texts' order. So a#0 (11 tokens) and a#1 (12) whole, b#0 cut to 31 - 23 = 8 of its 9 tokens:
+    b.md[0, floor(37 * 8 / 9) = 32). Reference a.md[9, 88): all 79 characters covered, 40 + 50 + 32 = 122
+    retrieved: recall 1, precision 79/122, IoU 79/122."""
+    from chunkline.evaluation.corpus import load_input_config, read_corpus
+    from chunkline.evaluation.evaluate import evaluate_configs
+    from chunkline.evaluation.questions import load_questions
+
+    corpus_path, questions_path = _tiny_case(tmp_path)
+    corpus = read_corpus(load_input_config([str(corpus_path)], environ={}))
+    questions = load_questions(str(questions_path))[3:]
+    result = evaluate_configs(
+        corpus,
+        questions,
+        {"hand": HAND_CONFIG},
+        budget_tokens=31,
+        retrievers=["bm25", "embedding", "hybrid"],
+        embedder=_SectionEmbedder(),
+    )
+    assert [row.retriever for row in result.results] == ["bm25", "embedding", "hybrid"]
+    bm25, embedding, hybrid = (row.per_question[0] for row in result.results)
+    assert bm25.recall == pytest.approx(75 / 79)  # as in the hand computation above
+    # Embedding: a#0, b#0 whole, a#1 cut to 11 of 12 tokens: a.md[40, 85). Covered 31 + 45, retrieved 122.
+    assert (embedding.recall, embedding.precision) == pytest.approx((76 / 79, 76 / 122))
+    assert (hybrid.recall, hybrid.precision, hybrid.iou) == pytest.approx((1, 79 / 122, 79 / 122))
+    assert result.results[2].retrieved_tokens_per_question == 31
+    assert result.embedder == "sections"
+
+
+def test_the_command_runs_the_three_retrievers(capsys, tmp_path):
+    corpus, questions = _tiny_case(tmp_path)
+    status, out, err = _run(capsys, str(corpus), "--questions", str(questions), "--retriever", "all")
+    assert status == 0, err
+    rows = [line.split()[:2] for line in out.splitlines()[3:]]
+    assert rows == [["default", "embedding"], ["default", "bm25"], ["default", "hybrid"]]
+    status, out, err = _run(
+        capsys, str(corpus), "--questions", str(questions), "--retriever", "hybrid", "--format", "json"
+    )
+    assert status == 0, err
+    result = json.loads(out)
+    assert [row["retriever"] for row in result["results"]] == ["hybrid"]
+    assert result["embedder"].startswith("wordllama")
 
 
 # --------------------------------------------------------------------------------------------------

@@ -4,7 +4,8 @@
   read from Chroma's ``questions_df.csv`` or from JSON Lines.
 - :mod:`chunkline.evaluation.metrics`: recall, precision and IoU over character ranges, per question.
 - :mod:`chunkline.evaluation.retrieval`: an offline embedding model (wordllama's static embeddings, shipped in
-  its wheel) and BM25 (``bm25s``) over chunks, and the retrieved-token budget.
+  its wheel), BM25 (``bm25s``) and their hybrid (reciprocal rank fusion) over chunks, and the retrieved-token
+  budget.
 - :mod:`chunkline.evaluation.corpus`: the corpus, read as ``chunkline run`` reads it.
 - :mod:`chunkline.evaluation.evaluate`: :func:`evaluate_configs`, every config with every retriever.
 
@@ -26,9 +27,12 @@ _EXPORTS = {
     "RetrievedRange": "chunkline.evaluation.metrics",
     "score_question": "chunkline.evaluation.metrics",
     "Bm25Index": "chunkline.evaluation.retrieval",
+    "BudgetShare": "chunkline.evaluation.retrieval",
     "Embedder": "chunkline.evaluation.retrieval",
     "EmbeddingIndex": "chunkline.evaluation.retrieval",
     "EvaluationExtraMissingError": "chunkline.evaluation.retrieval",
+    "HybridIndex": "chunkline.evaluation.retrieval",
+    "reciprocal_rank_fusion": "chunkline.evaluation.retrieval",
     "budget_token_counter": "chunkline.evaluation.retrieval",
     "evaluation_text": "chunkline.evaluation.retrieval",
     "load_wordllama_embedder": "chunkline.evaluation.retrieval",

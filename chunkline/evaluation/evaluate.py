@@ -1,10 +1,12 @@
 """Comparing chunking configs by what retrieval finds with their chunks, on the user's own questions.
 
 :func:`evaluate_configs` chunks the corpus with each config (in this process, with the engine), builds an
-index over the chunks for each retriever (the embedding model and BM25), and for every question takes the
-best chunks of the ranking that fit in the same budget of retrieved tokens for every config
+index over the chunks for each retriever (the embedding model, BM25, and their hybrid: the two rankings fused
+by reciprocal rank fusion), and for every question takes the
+best chunks of the ranking within the same budget of retrieved tokens for every config
 (:func:`~chunkline.evaluation.retrieval.take_within_budget`, counted in cl100k_base on the chunks'
-verbatim text). The retrieved chunks' character ranges are scored against the question's reference spans
+verbatim text): whole chunks while they fit, then the chunk that crosses the budget up to it, its character
+range cut in the same proportion as its tokens. The retrieved character ranges are scored against the question's reference spans
 (:func:`~chunkline.evaluation.metrics.score_question`); a config's figures are the means over the
 questions. Every reference span must lie inside a document of the corpus (:func:`check_references`).
 """
@@ -32,6 +34,7 @@ from chunkline.evaluation.retrieval import (
     budget_token_counter,
     evaluation_text,
     load_wordllama_embedder,
+    reciprocal_rank_fusion,
     take_within_budget,
 )
 from chunkline.record import Chunk
@@ -40,6 +43,7 @@ from chunkline.tokenizers import TokenizerFailedError, counter_for
 __all__ = [
     "BUDGET_TOKENIZER",
     "DEFAULT_BUDGET_TOKENS",
+    "DEFAULT_RETRIEVERS",
     "RETRIEVERS",
     "EvaluationError",
     "EvaluationResult",
@@ -49,7 +53,10 @@ __all__ = [
     "evaluate_configs",
 ]
 
-RETRIEVERS = ("embedding", "bm25")
+RETRIEVERS = ("embedding", "bm25", "hybrid")
+"""Every retriever :func:`evaluate_configs` takes: the embedding model, BM25, and their rankings fused
+(:func:`~chunkline.evaluation.retrieval.reciprocal_rank_fusion`)."""
+DEFAULT_RETRIEVERS = ("embedding", "bm25")
 DEFAULT_BUDGET_TOKENS = 1000
 BUDGET_TOKENIZER = "cl100k_base"
 
@@ -75,8 +82,9 @@ class SystemResult:
     """In cl100k_base, the budget's tokenizer, whatever the config counts in."""
     median_chunk_tokens: float
     retrieved_tokens_per_question: float
-    """Mean cl100k_base tokens of the chunks retrieved for a question (at most the budget)."""
+    """Mean cl100k_base tokens retrieved for a question: the budget, unless a ranking runs out first."""
     retrieved_chunks_per_question: float
+    """Mean chunks retrieved for a question, the one cut at the budget included."""
     per_question: tuple[QuestionScores, ...] = field(repr=False, default=())
 
     def to_dict(self) -> dict[str, Any]:
@@ -193,18 +201,46 @@ def _ranking(scores: np.ndarray) -> np.ndarray:
     return np.argsort(-scores, kind="stable")
 
 
+def _rankings(
+    retriever: str,
+    computed: dict[str, list[np.ndarray]],
+    chunk_texts: Sequence[str],
+    questions: Sequence[str],
+    embedder: Embedder | None,
+    query_vectors: np.ndarray | None,
+) -> list[np.ndarray]:
+    """Each question's ranking of the chunks by ``retriever``, computed once into ``computed`` (the hybrid
+    fuses the two rankings already there)."""
+    if retriever not in computed:
+        if retriever == "embedding":
+            vectors = EmbeddingIndex(embedder, chunk_texts).vectors
+            computed[retriever] = [_ranking(vectors @ query) for query in query_vectors]
+        elif retriever == "bm25":
+            index = Bm25Index(chunk_texts)
+            computed[retriever] = [index.rank(text) for text in questions]
+        else:
+            lexical = _rankings("bm25", computed, chunk_texts, questions, embedder, query_vectors)
+            dense = _rankings("embedding", computed, chunk_texts, questions, embedder, query_vectors)
+            computed[retriever] = [reciprocal_rank_fusion(pair) for pair in zip(lexical, dense)]
+    return computed[retriever]
+
+
 def evaluate_configs(
     corpus: Corpus,
     questions: Sequence[Question],
     configs: dict[str, ChunkConfig],
     *,
     budget_tokens: int = DEFAULT_BUDGET_TOKENS,
-    retrievers: Sequence[str] = RETRIEVERS,
+    retrievers: Sequence[str] = DEFAULT_RETRIEVERS,
     embedder: Embedder | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> EvaluationResult:
     """Chunk ``corpus`` with each named config, retrieve for each question with each retriever within
-    ``budget_tokens``, and score; ``embedder`` defaults to wordllama's (:func:`load_wordllama_embedder`)."""
+    ``budget_tokens``, and score; ``embedder`` defaults to wordllama's (:func:`load_wordllama_embedder`).
+
+    ``retrievers`` names any of :data:`RETRIEVERS`: ``embedding``, ``bm25`` and ``hybrid`` (the two
+    rankings fused by reciprocal rank fusion, k 60; each ranking is computed once per config and question,
+    whichever retrievers use it)."""
     started = time.perf_counter()
     if not questions:
         raise EvaluationError("no questions to evaluate")
@@ -221,7 +257,8 @@ def evaluate_configs(
     say = progress or (lambda message: None)
     texts = [question.question for question in questions]
     query_vectors = None
-    if "embedding" in retrievers:
+    uses_embedding = "embedding" in retrievers or "hybrid" in retrievers
+    if uses_embedding:
         embedder = embedder or load_wordllama_embedder()
         query_vectors = embedder.embed(texts)
     results = []
@@ -230,21 +267,23 @@ def evaluate_configs(
         chunks = chunk_corpus(corpus, config)
         counts = _budget_counts(chunks, config)
         chunk_texts = [evaluation_text(chunk) for chunk in chunks]
+        computed: dict[str, list[np.ndarray]] = {}
         for retriever in retrievers:
             say(f"{name}: {len(chunks)} chunks; {retriever} retrieval for {len(questions)} questions")
-            if retriever == "embedding":
-                vectors = EmbeddingIndex(embedder, chunk_texts).vectors
-                rankings = (_ranking(vectors @ query) for query in query_vectors)
-            else:
-                index = Bm25Index(chunk_texts)
-                rankings = (index.rank(text) for text in texts)
+            rankings = _rankings(retriever, computed, chunk_texts, texts, embedder, query_vectors)
             scores, retrieved_tokens, retrieved_chunks = [], [], []
             for question, ranking in zip(questions, rankings):
-                kept = take_within_budget(ranking, counts, budget_tokens)
-                retrieved = [RetrievedRange(chunks[i].doc_id, chunks[i].start_char, chunks[i].end_char) for i in kept]
+                taken = take_within_budget(ranking, counts, budget_tokens)
+                retrieved = [
+                    RetrievedRange(
+                        chunks[share.index].doc_id,
+                        *share.char_range(chunks[share.index].start_char, chunks[share.index].end_char),
+                    )
+                    for share in taken
+                ]
                 scores.append(score_question(retrieved, question.references))
-                retrieved_tokens.append(int(counts[kept].sum()) if kept else 0)
-                retrieved_chunks.append(len(kept))
+                retrieved_tokens.append(sum(share.tokens for share in taken))
+                retrieved_chunks.append(len(taken))
             results.append(
                 SystemResult(
                     config_name=name,
@@ -267,7 +306,7 @@ def evaluate_configs(
         questions=len(questions),
         documents=len(corpus.documents),
         budget_tokens=budget_tokens,
-        embedder=embedder.name if "embedding" in retrievers and embedder is not None else None,
+        embedder=embedder.name if uses_embedding and embedder is not None else None,
         seconds=time.perf_counter() - started,
     )
 
@@ -298,9 +337,9 @@ def load_named_configs(specs: Sequence[str], overrides: Sequence[str] = ()) -> d
 def require_retrievers(retrievers: Sequence[str]) -> None:
     """Raise :class:`~chunkline.evaluation.retrieval.EvaluationExtraMissingError` now, before any work, when
     a retriever's package is not installed."""
-    if "embedding" in retrievers:
+    if "embedding" in retrievers or "hybrid" in retrievers:
         load_wordllama_embedder()
-    if "bm25" in retrievers:
+    if "bm25" in retrievers or "hybrid" in retrievers:
         Bm25Index([])
 
 

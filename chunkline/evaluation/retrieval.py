@@ -1,17 +1,21 @@
 """Ranking chunks for a question, and taking the best ones within a token budget.
 
-Two retrievers, both offline:
+Three retrievers, all offline:
 
 - :class:`EmbeddingIndex` over an :class:`Embedder`; :func:`load_wordllama_embedder` gives the static
   embedding model whose weights and tokenizer the ``wordllama`` wheel ships (256 dimensions, token
   embeddings averaged), loaded without any download;
 - :class:`Bm25Index`, the lexical baseline (``bm25s``: lowercase words of two characters or more, no stop
-  words removed, no stemming).
+  words removed, no stemming);
+- :class:`HybridIndex`, the two rankings fused by :func:`reciprocal_rank_fusion` (each text scores
+  ``1 / (60 + rank)`` summed over the two).
 
 A ranking holds every text, best first; ties keep the texts' order, so rankings are deterministic.
-:func:`take_within_budget` then keeps the best chunks whose tokens fit in a budget counted by
+:func:`take_within_budget` then takes the best chunks while their tokens fit in a budget counted by
 :func:`budget_token_counter` (cl100k_base, the same for every config compared) on the text a reader is
-handed: the chunk's verbatim text. What a chunk is embedded and indexed by is :func:`evaluation_text`.
+handed, the chunk's verbatim text; the chunk that crosses the budget counts only up to it, its character
+range cut in the same proportion, so every config is handed exactly the budget. What a chunk is embedded
+and indexed by is :func:`evaluation_text`.
 
 The embedder and BM25 need the ``evaluate`` extra: without it they raise
 :class:`EvaluationExtraMissingError`, whose message is the pip command.
@@ -23,6 +27,7 @@ import functools
 import importlib
 import logging
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -33,13 +38,17 @@ from chunkline.record import Chunk
 __all__ = [
     "EVALUATE_EXTRA_COMMAND",
     "Bm25Index",
+    "BudgetShare",
     "Embedder",
     "EmbeddingIndex",
     "EvaluationExtraMissingError",
+    "HybridIndex",
+    "RRF_K",
     "WordLlamaEmbedder",
     "budget_token_counter",
     "evaluation_text",
     "load_wordllama_embedder",
+    "reciprocal_rank_fusion",
     "take_within_budget",
 ]
 
@@ -200,33 +209,104 @@ class Bm25Index:
         return np.asarray(self._index.get_scores_from_ids(known), dtype=np.float32)
 
 
-def take_within_budget(ranked: Sequence[int], token_counts: Sequence[int], budget_tokens: int) -> list[int]:
-    """The items of ``ranked`` (indices into ``token_counts``) kept within ``budget_tokens``, in rank order.
+RRF_K = 60
+"""The constant of reciprocal rank fusion (:func:`reciprocal_rank_fusion`)."""
 
-    The ranking is walked best first: an item is kept when its tokens still fit in what is left of the
-    budget and skipped when they do not (a smaller item further down may still fit), until nothing more
-    can fit."""
+
+def reciprocal_rank_fusion(rankings: Sequence[Sequence[int]], k: int = RRF_K) -> np.ndarray:
+    """One ranking from several rankings of the same items: each item scores ``sum(1 / (k + rank))`` over
+    the rankings, its rank 1 for the best; best score first.
+
+    ``k`` 60 is the constant of the method's paper (Cormack, Clarke and Büttcher, "Reciprocal Rank Fusion
+    outperforms Condorcet and individual Rank Learning Methods", SIGIR 2009), chosen there on other
+    collections and the value search engines ship as their default: it is not tuned on the questions it is
+    measured with, which would fit it to them. A large ``k`` flattens the weights of the top ranks, so an item
+    that both rankings put near the top beats one that a single ranking puts first and the other far down;
+    the scores need no common scale, which a cosine similarity and a BM25 score do not share.
+
+    Ties (an item 3rd and 5th against one 5th and 3rd) keep the texts' order, as every ranking here does, so
+    the fused ranking is deterministic. Every ranking must hold every item once (as
+    :meth:`EmbeddingIndex.rank` and :meth:`Bm25Index.rank` do)."""
+    if k < 0:
+        raise ValueError(f"k must be >= 0, got {k}")
+    if not rankings:
+        raise ValueError("reciprocal rank fusion needs at least one ranking")
+    orders = [np.asarray(ranking, dtype=np.int64) for ranking in rankings]
+    size = len(orders[0])
+    scores = np.zeros(size, dtype=np.float64)
+    for order in orders:
+        if len(order) != size or not np.array_equal(np.sort(order), np.arange(size)):
+            raise ValueError("every ranking must hold every item exactly once")
+        ranks = np.empty(size, dtype=np.int64)
+        ranks[order] = np.arange(1, size + 1)
+        scores += 1.0 / (k + ranks)
+    return _ranking(scores)
+
+
+class HybridIndex:
+    """BM25 and the embedding model over the same texts, their rankings fused by
+    :func:`reciprocal_rank_fusion` (k :data:`RRF_K`)."""
+
+    def __init__(self, embedder: Embedder, texts: Sequence[str]):
+        texts = list(texts)
+        self.bm25 = Bm25Index(texts)
+        self.embedding = EmbeddingIndex(embedder, texts)
+
+    def rank(self, query: str) -> np.ndarray:
+        """Indices of the texts, best first (all of them)."""
+        return reciprocal_rank_fusion([self.bm25.rank(query), self.embedding.rank(query)])
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetShare:
+    """One chunk taken within a token budget, and how much of it counts."""
+
+    index: int
+    """The chunk's index into the token counts the budget was taken from."""
+    tokens: int
+    """Its tokens that count against the budget: all of them, or for the chunk that crosses the budget only
+    those that still fit."""
+    chunk_tokens: int
+    """All of its tokens."""
+
+    @property
+    def truncated(self) -> bool:
+        """Only part of the chunk fits."""
+        return self.tokens < self.chunk_tokens
+
+    def char_range(self, start_char: int, end_char: int) -> tuple[int, int]:
+        """The part of the chunk's character range ``[start_char, end_char)`` retrieved: all of it, or for a
+        truncated chunk the same share of its characters as of its tokens, from its start:
+        ``start_char + floor((end_char - start_char) * tokens / chunk_tokens)``."""
+        if not self.truncated:
+            return start_char, end_char
+        return start_char, start_char + (end_char - start_char) * self.tokens // self.chunk_tokens
+
+
+def take_within_budget(ranked: Sequence[int], token_counts: Sequence[int], budget_tokens: int) -> list[BudgetShare]:
+    """The items of ``ranked`` (indices into ``token_counts``) retrieved within ``budget_tokens``, in rank
+    order.
+
+    The ranking is walked best first: whole items are taken while they fit in what is left of the budget;
+    the item that crosses the budget counts only up to it (its :attr:`BudgetShare.tokens` are the tokens
+    left, and :meth:`BudgetShare.char_range` truncates its characters in the same proportion); then the walk
+    stops. So every system compared gets exactly the budget, unless its ranking runs out first: none gains
+    by leaving part of the budget unspent, nor by a small chunk further down that happens to fit."""
     if budget_tokens < 0:
         raise ValueError(f"budget_tokens must be >= 0, got {budget_tokens}")
-    ranked = np.asarray(ranked, dtype=np.int64)
-    if not ranked.size:
-        return []
-    counts = np.asarray(token_counts, dtype=np.int64)[ranked]
+    counts = np.asarray(token_counts, dtype=np.int64)
     if (counts < 0).any():
         raise ValueError("token counts must be >= 0")
-    smallest = int(counts.min())
-    kept: list[int] = []
+    taken: list[BudgetShare] = []
     left = budget_tokens
-    position = 0
-    while position < len(counts) and left >= smallest:
-        fitting = np.flatnonzero(counts[position:] <= left)
-        if not fitting.size:
+    for index in np.asarray(ranked, dtype=np.int64).tolist():
+        if left == 0:
             break
-        position += int(fitting[0])
-        kept.append(int(ranked[position]))
-        left -= int(counts[position])
-        position += 1
-    return kept
+        count = int(counts[index])
+        tokens = min(count, left)
+        taken.append(BudgetShare(index, tokens, count))
+        left -= tokens
+    return taken
 
 
 def budget_token_counter() -> Callable[[str], int]:
