@@ -23,7 +23,7 @@ __all__ = ["CHUNKING_VERSION", "chunk_markdown", "chunk_document", "reconstruct"
 
 #: Raised whenever the same bytes and config would give different chunks than before, so that incremental
 #: rebuilds know that chunks made by an older chunkline cannot be reused.
-CHUNKING_VERSION = "4"
+CHUNKING_VERSION = "5"
 
 
 class ReconstructionError(ValueError):

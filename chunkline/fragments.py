@@ -14,14 +14,19 @@ when ``chunking.min_tokens`` is above 0:
    cut again at its best boundaries (:func:`chunkline.splitting.split_at_boundaries`), so that the heading
    starts the first piece; the pieces keep the overlap the pieces they replace had. If even that cannot put
    text after the heading (a block that fits only alone follows it), the spans stay as they were.
-3. **Backward.** A span still under ``min_tokens`` (or still only headings) joins the span before it when
+3. **A small piece of a cut keeps to its section.** A span under ``min_tokens`` that is a later piece of a
+   section cut at the budget (its small last piece, mostly) joins the piece before it when that fits, and
+   otherwise stays as it is: it never joins the next section.
+4. **Backward.** A span still under ``min_tokens`` (or still only headings) joins the span before it when
    that fits: the last section of a document, or a small section before one too big to join.
 
 Never merged: across a gap between spans (a strategy that leaves text out), or into a span that is itself
 over the budget (a strategy's soft-limit unit), which is never cut either. A merged span's
-``heading_path`` is the longest common prefix of the paths of the spans it holds (front matter, which sits
-under no heading, left out), its ``token_count`` the merged text's exact count, and it is ``is_sub_split``
-when one of the spans it holds was. Spans that merge with nothing are returned unchanged.
+``heading_path`` is never less specific than the text it holds (:meth:`_FragmentMerger.merged_path`): the
+deepest path of the spans with text when those paths lie on one line of descent (headings joining the text
+under them, a parent's opening with its first subsection), else the path of the span with the most tokens;
+its ``token_count`` is the merged text's exact count, and it is ``is_sub_split`` when one of the spans it
+holds was. Spans that merge with nothing are returned unchanged.
 """
 
 from __future__ import annotations

@@ -175,7 +175,7 @@ def test_a_section_that_reaches_min_tokens_is_left_alone(read_fixture):
     assert chunks[0].heading_path == ("Upload service",) and not chunks[0].is_sub_split
 
 
-def test_the_default_packs_mdvdb_setup_into_one_chunk_with_the_shared_path(read_fixture):
+def test_the_default_packs_mdvdb_setup_into_one_chunk_under_installation(read_fixture):
     text = read_fixture("mdvdb_setup.md")
     chunks = chunk_markdown(text, doc_id="docs/setup.md")
     assert texts(chunks) == [text]
