@@ -844,15 +844,19 @@ def retrieve(ranked: np.ndarray, token_counts: Sequence[int], budget: int, range
     return retrieved
 
 
+@dataclass(frozen=True)
+class Judging:
+    """How every system is judged: the same retrievers, budgets and budget tokenizer."""
+
+    retrievers: tuple[str, ...]
+    budgets: tuple[int, ...]
+    count_tokens: Callable[[str], int]
+    embedder: Any
+    """wordllama's embedder, or None when neither wordllama nor the hybrid is run."""
+
+
 def evaluate_system(
-    system: System,
-    question_set: QuestionSet,
-    max_tokens: int,
-    embedder: Any,
-    query_vectors: np.ndarray | None,
-    retrievers: Sequence[str],
-    budgets: Sequence[int],
-    count_tokens: Callable[[str], int],
+    system: System, question_set: QuestionSet, max_tokens: int, judging: Judging, query_vectors: np.ndarray | None
 ) -> SystemResult:
     """Chunk the set's documents with ``system``, index the chunks once for BM25 and once for the embedder,
     and score every question with every retriever and budget; the hybrid fuses the two rankings already
@@ -860,6 +864,7 @@ def evaluate_system(
     from chunkline.evaluation.metrics import RetrievedRange, score_question
     from chunkline.evaluation.retrieval import Bm25Index, EmbeddingIndex, reciprocal_rank_fusion
 
+    retrievers, budgets = judging.retrievers, judging.budgets
     seconds: dict[str, float] = {}
 
     def timed(phase: str, started: float) -> None:
@@ -881,7 +886,7 @@ def evaluate_system(
     timed("chunk", started)
 
     started = time.perf_counter()
-    token_counts = [count_tokens(text) for text in budget_texts]
+    token_counts = [judging.count_tokens(text) for text in budget_texts]
     timed("count", started)
 
     lexical = "bm25" in retrievers or "hybrid" in retrievers
@@ -892,7 +897,7 @@ def evaluate_system(
         timed("bm25 index", started)
     if dense:
         started = time.perf_counter()
-        vectors = EmbeddingIndex(embedder, index_texts).vectors
+        vectors = EmbeddingIndex(judging.embedder, index_texts).vectors
         timed("wordllama index", started)
     questions = question_set.questions
     per_question = {
@@ -987,13 +992,11 @@ class Table:
 
 
 def build_tables(
-    question_set: QuestionSet,
-    results: dict[int, list[SystemResult]],
-    retrievers: Sequence[str],
-    budgets: Sequence[int],
-    resamples: int,
-    seed: int,
+    question_set: QuestionSet, results: dict[int, list[SystemResult]], judging: Judging, *, resamples: int, seed: int
 ) -> list[Table]:
+    """One table per size x budget x group of the set: every system's means, its differences to the default
+    (paired bootstrap), and the best system of each column."""
+    retrievers, budgets = judging.retrievers, judging.budgets
     weights_by_size: dict[int, np.ndarray] = {}
     tables = []
     for max_tokens, size_results in results.items():
@@ -1363,25 +1366,33 @@ def ordered_sets(question_sets: Sequence[QuestionSet]) -> list[QuestionSet]:
     return sorted(question_sets, key=lambda question_set: question_set.held_out)
 
 
-def text_report(
-    args: argparse.Namespace,
-    question_sets: Sequence[QuestionSet],
-    results: dict[str, dict[int, list[SystemResult]]],
-    tables: dict[str, list[Table]],
-    verdict: Sequence[VerdictRow],
-    systems: dict[int, list[System]],
-    notes: Sequence[str],
-    phases: Timings,
-    markdown: bool,
-) -> str:
+@dataclass
+class Run:
+    """Everything one run measured, as both reports print it."""
+
+    args: argparse.Namespace
+    question_sets: list[QuestionSet]
+    """In report order: the held-out sets last."""
+    systems: dict[int, list[System]]
+    """max_tokens -> the systems run at that size."""
+    results: dict[str, dict[int, list[SystemResult]]]
+    """set -> max_tokens -> one result per system."""
+    tables: dict[str, list[Table]]
+    verdict: list[VerdictRow]
+    notes: list[str]
+    phases: Timings
+
+
+def text_report(run: Run, markdown: bool) -> str:
+    args, results, tables, systems, phases = run.args, run.results, run.tables, run.systems, run.phases
     render = markdown_table if markdown else aligned_table
     found = versions()
     lines = [
         settings_line(args),
         "versions: " + "  ".join(f"{name} {version}" for name, version in found.items()),
-        *notes,
+        *run.notes,
     ]
-    for question_set in ordered_sets(question_sets):
+    for question_set in run.question_sets:
         title = question_set.name
         if question_set.held_out:
             title = f"held out: {question_set.name} (kept out of every choice of default; the check on it)"
@@ -1409,7 +1420,7 @@ def text_report(
         f"set; gap = {DEFAULT_SYSTEM} - best other, in points, with its {CONFIDENCE:.0%} interval (paired "
         f"bootstrap); verdict: first, within {WITHIN_POINTS:g} point, or behind"
     )
-    header, rows = verdict_table(verdict)
+    header, rows = verdict_table(run.verdict)
     lines += ["", f"## {title}" if markdown else f"=== {title} ===", "", render(header, rows)]
     lines += ["", "settings per system:"]
     for max_tokens, size_systems in systems.items():
@@ -1421,16 +1432,9 @@ def text_report(
     return "\n".join(lines)
 
 
-def json_report(
-    args: argparse.Namespace,
-    question_sets: Sequence[QuestionSet],
-    results: dict[str, dict[int, list[SystemResult]]],
-    tables: dict[str, list[Table]],
-    verdict: Sequence[VerdictRow],
-    systems: dict[int, list[System]],
-    notes: Sequence[str],
-    phases: Timings,
-) -> str:
+def json_report(run: Run) -> str:
+    args, results, tables = run.args, run.results, run.tables
+
     def result_json(result: SystemResult, set_tables: Sequence[Table]) -> dict[str, Any]:
         placement = result.placement
         own = [table for table in set_tables if table.max_tokens == result.max_tokens]
@@ -1523,14 +1527,14 @@ def json_report(
             "sources": {name: str(folder) for name, folder in args.sources.items()},
         },
         "versions": versions(),
-        "notes": list(notes),
+        "notes": list(run.notes),
         "systems": {
             str(max_tokens): {system.name: system.settings for system in size_systems}
-            for max_tokens, size_systems in systems.items()
+            for max_tokens, size_systems in run.systems.items()
         },
-        "sets": {question_set.name: set_json(question_set) for question_set in ordered_sets(question_sets)},
-        "verdict": [row.to_json() for row in verdict],
-        "seconds": phases.seconds,
+        "sets": {question_set.name: set_json(question_set) for question_set in run.question_sets},
+        "verdict": [row.to_json() for row in run.verdict],
+        "seconds": run.phases.seconds,
     }
     return json.dumps(report, indent=2)
 
@@ -1705,6 +1709,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     count_tokens = budget_token_counter()
     dense = "wordllama" in args.retrievers or "hybrid" in args.retrievers
     embedder = load_wordllama_embedder() if dense else None
+    judging = Judging(tuple(args.retrievers), tuple(args.budgets), count_tokens, embedder)
     phases.add("setup", time.perf_counter() - started)
 
     started = time.perf_counter()
@@ -1718,56 +1723,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         for line in rule_lines(question_set):
             progress(line)
 
-    results: dict[str, dict[int, list[SystemResult]]] = {}
-    tables: dict[str, list[Table]] = {}
+    run = Run(args, question_sets, systems, {}, {}, [], notes, phases)
     for question_set in question_sets:
         query_vectors = None
         if embedder is not None:
             started = time.perf_counter()
             query_vectors = embedder.embed([question.question for question in question_set.questions])
             phases.add("wordllama query", time.perf_counter() - started)
-        results[question_set.name] = {}
+        set_results: dict[int, list[SystemResult]] = {}
         for max_tokens, size_systems in systems.items():
-            results[question_set.name][max_tokens] = []
+            set_results[max_tokens] = []
             for system in size_systems:
-                result = evaluate_system(
-                    system,
-                    question_set,
-                    max_tokens,
-                    embedder,
-                    query_vectors,
-                    args.retrievers,
-                    args.budgets,
-                    count_tokens,
-                )
-                results[question_set.name][max_tokens].append(result)
+                result = evaluate_system(system, question_set, max_tokens, judging, query_vectors)
+                set_results[max_tokens].append(result)
                 for phase, seconds in result.seconds.items():
                     phases.add(phase, seconds)
                 progress(
                     f"{question_set.name} / {system.name} / {max_tokens}: {result.chunks} chunks in "
                     + ", ".join(f"{phase} {seconds:.1f} s" for phase, seconds in result.seconds.items())
                 )
+        run.results[question_set.name] = set_results
         started = time.perf_counter()
-        tables[question_set.name] = build_tables(
-            question_set,
-            results[question_set.name],
-            args.retrievers,
-            args.budgets,
-            args.bootstrap_resamples,
-            args.bootstrap_seed,
+        run.tables[question_set.name] = build_tables(
+            question_set, set_results, judging, resamples=args.bootstrap_resamples, seed=args.bootstrap_seed
         )
         phases.add("bootstrap", time.perf_counter() - started)
     held_out = {question_set.name: question_set.held_out for question_set in question_sets}
-    verdict = verdict_rows([table for name in tables for table in tables[name]], held_out, args.retrievers)
+    run.verdict = verdict_rows([table for name in run.tables for table in run.tables[name]], held_out, args.retrievers)
     phases.add("total", time.perf_counter() - wall)
-    if args.format == "json":
-        print(json_report(args, question_sets, results, tables, verdict, systems, notes, phases))
-    else:
-        print(
-            text_report(
-                args, question_sets, results, tables, verdict, systems, notes, phases, args.format == "markdown"
-            )
-        )
+    print(json_report(run) if args.format == "json" else text_report(run, args.format == "markdown"))
     return 0
 
 

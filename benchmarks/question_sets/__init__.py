@@ -41,3 +41,11 @@ SetBuilder = Callable[[Path, Callable[[str], int]], BuiltSet]
 
 SETS: dict[str, SetBuilder] = {}
 """Set name (as ``--sets`` takes it) -> its builder."""
+
+
+def _register_sets() -> None:
+    """Import the set modules, each of which adds its builder to :data:`SETS`."""
+    from benchmarks.question_sets import keps, powershell_examples, swift_proposals  # noqa: F401
+
+
+_register_sets()

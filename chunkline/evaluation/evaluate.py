@@ -201,28 +201,37 @@ def _ranking(scores: np.ndarray) -> np.ndarray:
     return np.argsort(-scores, kind="stable")
 
 
-def _rankings(
-    retriever: str,
-    computed: dict[str, list[np.ndarray]],
-    chunk_texts: Sequence[str],
-    questions: Sequence[str],
-    embedder: Embedder | None,
-    query_vectors: np.ndarray | None,
-) -> list[np.ndarray]:
-    """Each question's ranking of the chunks by ``retriever``, computed once into ``computed`` (the hybrid
-    fuses the two rankings already there)."""
-    if retriever not in computed:
-        if retriever == "embedding":
-            vectors = EmbeddingIndex(embedder, chunk_texts).vectors
-            computed[retriever] = [_ranking(vectors @ query) for query in query_vectors]
-        elif retriever == "bm25":
-            index = Bm25Index(chunk_texts)
-            computed[retriever] = [index.rank(text) for text in questions]
-        else:
-            lexical = _rankings("bm25", computed, chunk_texts, questions, embedder, query_vectors)
-            dense = _rankings("embedding", computed, chunk_texts, questions, embedder, query_vectors)
-            computed[retriever] = [reciprocal_rank_fusion(pair) for pair in zip(lexical, dense)]
-    return computed[retriever]
+class _Rankings:
+    """Each question's ranking of one config's chunks by each retriever, computed once whichever retrievers
+    ask for it (the hybrid fuses the two others)."""
+
+    def __init__(
+        self,
+        chunk_texts: Sequence[str],
+        questions: Sequence[str],
+        *,
+        embedder: Embedder | None,
+        query_vectors: np.ndarray | None,
+    ):
+        self._chunk_texts = chunk_texts
+        self._questions = questions
+        self._embedder = embedder
+        self._query_vectors = query_vectors
+        self._computed: dict[str, list[np.ndarray]] = {}
+
+    def of(self, retriever: str) -> list[np.ndarray]:
+        if retriever not in self._computed:
+            if retriever == "embedding":
+                vectors = EmbeddingIndex(self._embedder, self._chunk_texts).vectors
+                rankings = [_ranking(vectors @ query) for query in self._query_vectors]
+            elif retriever == "bm25":
+                index = Bm25Index(self._chunk_texts)
+                rankings = [index.rank(text) for text in self._questions]
+            else:
+                pairs = zip(self.of("bm25"), self.of("embedding"))
+                rankings = [reciprocal_rank_fusion(pair) for pair in pairs]
+            self._computed[retriever] = rankings
+        return self._computed[retriever]
 
 
 def evaluate_configs(
@@ -267,10 +276,10 @@ def evaluate_configs(
         chunks = chunk_corpus(corpus, config)
         counts = _budget_counts(chunks, config)
         chunk_texts = [evaluation_text(chunk) for chunk in chunks]
-        computed: dict[str, list[np.ndarray]] = {}
+        rankings_of = _Rankings(chunk_texts, texts, embedder=embedder, query_vectors=query_vectors)
         for retriever in retrievers:
             say(f"{name}: {len(chunks)} chunks; {retriever} retrieval for {len(questions)} questions")
-            rankings = _rankings(retriever, computed, chunk_texts, texts, embedder, query_vectors)
+            rankings = rankings_of.of(retriever)
             scores, retrieved_tokens, retrieved_chunks = [], [], []
             for question, ranking in zip(questions, rankings):
                 taken = take_within_budget(ranking, counts, budget_tokens)
