@@ -112,8 +112,9 @@ class ChunkConfig:
     """The context line at the head of each chunk's ``embed_text``: a template of ``{title}``,
     ``{heading_path}`` (joined with `` > ``) and ``{breadcrumb}`` (the title, then the heading path, the
     title left out when it is the first heading); a chunk that starts inside a table also gets the table's
-    header. The strategy chunks to ``max_tokens`` less what these take, so that ``embed_token_count`` stays
-    within ``max_tokens`` too (see :mod:`chunkline.embed_text`). ``none`` adds nothing: ``embed_text`` is
+    header. The strategy chunks to ``max_tokens`` less what these take for the sections that hold most of
+    the document's text, and a longer line is shortened, so that ``embed_token_count`` stays within
+    ``max_tokens`` too (see :mod:`chunkline.embed_text`). ``none`` adds nothing: ``embed_text`` is
     the text without front matter, and the strategy keeps the whole budget."""
     parser: str = DEFAULT_PARSER
     """The CommonMark parser that finds the blocks: ``markdown-it-pyrs`` (markdown-it.rs, the fast one) or

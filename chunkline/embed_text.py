@@ -22,13 +22,15 @@ model should embed it::
 unit), whose ``embed_text`` is then its body alone.
 
 The budget: before the strategy runs, :meth:`EmbedText.reserve` works out what the context may add to a
-chunk of this document -- the largest count of a context line of the document's sections, plus the largest
-header of a table that may be split -- capped at a quarter of ``max_tokens``, and never so much that a
-protected block (code, table, list item, HTML block) that fits ``max_tokens`` would no longer fit the rest.
-The strategy chunks to ``max_tokens`` minus the reserve. A chunk whose ``embed_text`` is still over
-``max_tokens`` (a heading path of the strategy's own, a context line over the cap, tokens that merge
-differently across a join) drops the header repeat, then shortens its context line (outer headings first,
-then the title), then goes without; each step is counted exactly.
+chunk of this document -- the count of the longest context line among the sections that hold 90% of the
+document's text (:data:`RESERVE_TEXT_SHARE`; sections ordered by the count of their line, so that a few
+small sections under long headings do not take budget from the rest), plus the largest header of a table
+that may be split -- capped at a quarter of ``max_tokens``, and never so much that a protected block (code,
+table, list item, HTML block) that fits ``max_tokens`` would no longer fit the rest. The strategy chunks to
+``max_tokens`` minus the reserve: the context line is cut before the text. A chunk whose ``embed_text`` is
+still over ``max_tokens`` (a section whose line is longer than the reserve, a heading path of the strategy's
+own, tokens that merge differently across a join) drops the header repeat, then shortens its context line
+(outer headings first, then the title), then goes without; each step is counted exactly.
 """
 
 from __future__ import annotations
@@ -71,6 +73,12 @@ PATH_SEPARATOR = " > "
 
 #: The reserve is at most ``max_tokens // RESERVE_SHARE``: the chunk's own text keeps most of the budget.
 RESERVE_SHARE = 4
+
+#: The reserve is the longest context line of the sections with the shortest lines that together hold this
+#: share of the document's text: chosen by the retrieval benchmark (benchmarks/bench_retrieval.py) over the
+#: longest line of all sections, whose reserve took up to a quarter of the budget from every chunk of a
+#: document for a few sections under long headings.
+RESERVE_TEXT_SHARE = 0.9
 
 # Exact counts of breadcrumb pieces (a heading after " > ", a title), per tokenizer name: the same
 # headings recur across the documents of a corpus ("Motivation", "Examples", ...).
@@ -283,12 +291,15 @@ class EmbedText:
         self,
         heading_paths: Iterable[Sequence[str]],
         keeps_blocks_whole: bool = True,
+        section_chars: Sequence[int] | None = None,
     ) -> int:
         """Tokens of the budget left to what :meth:`embed` adds to the chunks of this document.
 
-        ``heading_paths`` are the heading paths the chunks will have (those of the document's sections).
-        The largest context line (with its separator) plus the largest header of a table that may be
-        split, capped at ``max_tokens // 4``, so that the rest stays above ``overlap_tokens`` and leaves a
+        ``heading_paths`` are the heading paths the chunks will have (those of the document's sections),
+        ``section_chars`` the length of each of those sections in characters. The longest context line
+        (with its separator) of the sections that hold :data:`RESERVE_TEXT_SHARE` of the text, taken in
+        the order of their lines' counts (of all of them without ``section_chars``), plus the largest
+        header of a table that may be split, capped at ``max_tokens // 4``, so that the rest stays above ``overlap_tokens`` and leaves a
         chunk's text at least 4 tokens besides the special tokens every count includes; for a
         strategy that ``keeps_blocks_whole``, lowered so that every protected block that fits
         ``max_tokens`` still fits the rest."""
@@ -307,7 +318,11 @@ class EmbedText:
         line_tokens = 0
         if self.template is not None:
             prefix_of = self._prefix
-            line_tokens = max(0, max((prefix_of(path)[1] for path in heading_paths), default=0) - self._special)
+            line_counts = [prefix_of(path)[1] for path in heading_paths]
+            if section_chars is not None and len(section_chars) == len(line_counts) and line_counts:
+                line_tokens = max(0, _covering_count(line_counts, section_chars, RESERVE_TEXT_SHARE) - self._special)
+            else:
+                line_tokens = max(0, max(line_counts, default=0) - self._special)
         header_tokens = 0
         if self._tables:
             offsets = self._document_offsets()
@@ -532,6 +547,19 @@ class EmbedText:
                 if cut is not None and cut < end:
                     return self.counter.count(prefix + self._text[body_start:cut]) + offsets.count(cut, end)
         return self.counter.count(prefix + body)
+
+
+def _covering_count(counts: Sequence[int], weights: Sequence[int], share: float) -> int:
+    """The smallest of ``counts`` that is at least the count of ``share`` of the total weight."""
+    total = sum(weights)
+    if total <= 0:
+        return max(counts)
+    covered = 0
+    for count, weight in sorted(zip(counts, weights)):
+        covered += weight
+        if covered >= share * total:
+            return count
+    return max(counts)
 
 
 def _slack(offsets: TokenOffsets) -> int:

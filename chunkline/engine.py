@@ -41,7 +41,7 @@ __all__ = [
 
 #: Raised whenever the same bytes and config would give different chunks than before, so that incremental
 #: rebuilds know that chunks made by an older chunkline cannot be reused.
-CHUNKING_VERSION = "4"
+CHUNKING_VERSION = "5"
 
 
 class ReconstructionError(ValueError):
@@ -205,7 +205,12 @@ def _embedding_and_reserve(
 ) -> tuple[EmbedText, int]:
     embedding = embed_text_for(document, config, counter, doc_id)
     embedding.offsets = offsets
-    return embedding, embedding.reserve(heading_paths_of(sections, document), strategy.keeps_blocks_whole)
+    section_chars = [section.end_char - section.start_char for section in document.sections]
+    if sections is not None and sections is not document.sections:
+        section_chars += [section.end_char - section.start_char for section in sections]
+    return embedding, embedding.reserve(
+        heading_paths_of(sections, document), strategy.keeps_blocks_whole, section_chars
+    )
 
 
 def _strategy_context(

@@ -14,14 +14,19 @@ when ``chunking.min_tokens`` is above 0:
    cut again at its best boundaries (:func:`chunkline.splitting.split_at_boundaries`), so that the heading
    starts the first piece; the pieces keep the overlap the pieces they replace had. If even that cannot put
    text after the heading (a block that fits only alone follows it), the spans stay as they were.
-3. **Backward.** A span still under ``min_tokens`` (or still only headings) joins the span before it when
+3. **A small piece of a cut keeps to its section.** A span under ``min_tokens`` that is a later piece of a
+   section cut at the budget (its small last piece, mostly) joins the piece before it when that fits, and
+   otherwise stays as it is: it never joins the next section.
+4. **Backward.** A span still under ``min_tokens`` (or still only headings) joins the span before it when
    that fits: the last section of a document, or a small section before one too big to join.
 
 Never merged: across a gap between spans (a strategy that leaves text out), or into a span that is itself
 over the budget (a strategy's soft-limit unit), which is never cut either. A merged span's
-``heading_path`` is the longest common prefix of the paths of the spans it holds (front matter, which sits
-under no heading, left out), its ``token_count`` the merged text's exact count, and it is ``is_sub_split``
-when one of the spans it holds was. Spans that merge with nothing are returned unchanged.
+``heading_path`` is never less specific than the text it holds (:meth:`_FragmentMerger.merged_path`): the
+deepest path of the spans with text when those paths lie on one line of descent (headings joining the text
+under them, a parent's opening with its first subsection), else the path of the span with the most tokens;
+its ``token_count`` is the merged text's exact count, and it is ``is_sub_split`` when one of the spans it
+holds was. Spans that merge with nothing are returned unchanged.
 """
 
 from __future__ import annotations
@@ -191,20 +196,21 @@ class _FragmentMerger:
         slot = max(bisect_right(self.section_starts, span.start_char) - 1, 0)
         return self.paths[slot] if self.paths else ()
 
-    def shared_path(self, parts: Sequence[ChunkSpan]) -> tuple[str, ...]:
-        """The longest common prefix of the parts' heading paths; front matter and blank parts, which sit
-        under no heading, count only when there is nothing else."""
-        with_headings = [part for part in parts if self._kind(part.start_char, part.end_char) in (_CONTENT, _HEADINGS)]
-        paths = [self.path_of(part) for part in with_headings or parts]
-        shared = paths[0]
-        for path in paths[1:]:
-            length = 0
-            for own, other in zip(shared, path):
-                if own != other:
-                    break
-                length += 1
-            shared = shared[:length]
-        return shared
+    def merged_path(self, parts: Sequence[ChunkSpan]) -> tuple[str, ...]:
+        """The heading path of a span that holds ``parts``, never less specific than the text it holds:
+        the deepest path when the parts' paths lie on one line of descent (a parent's heading or short
+        opening with its first subsection), else the path of the part with the most tokens (the first of
+        those). Headings-only and front-matter parts count only when no part holds text: they head the text
+        after them, whose path is theirs or extends it."""
+        held = [part for part in parts if self._kind(part.start_char, part.end_char) == _CONTENT]
+        if not held:
+            held = [part for part in parts if self._kind(part.start_char, part.end_char) == _HEADINGS] or list(parts)
+        paths = [self.path_of(part) for part in held]
+        deepest = max(paths, key=len)
+        if all(deepest[: len(path)] == path for path in paths):
+            return deepest
+        sizes = [self.count_of(part) for part in held]
+        return paths[sizes.index(max(sizes))]
 
     # -- counting ---------------------------------------------------------------------------------
 
@@ -255,7 +261,7 @@ class _FragmentMerger:
     def span_of(self, run: _Run) -> ChunkSpan:
         if run.original is not None:
             return run.original
-        return ChunkSpan(run.start, run.end, self.shared_path(run.parts), run.is_sub_split, run.token_count)
+        return ChunkSpan(run.start, run.end, self.merged_path(run.parts), run.is_sub_split, run.token_count)
 
     # -- the pass ---------------------------------------------------------------------------------
 
@@ -281,6 +287,17 @@ class _FragmentMerger:
         while number < total:
             run = self.run_of(spans[number])
             number += 1
+            if runs and self.must_join(run) and self.continues_a_cut(spans, number - 1) and self.kind(run) == _CONTENT:
+                # A small piece of a cut section joins the piece before it when that fits, never the next
+                # section: its text is that section's.
+                previous = runs[-1]
+                if self.can_extend(previous, run.start, run.end):
+                    count = self.fitting_count(run, previous.start, run.end)
+                    if count is not None:
+                        runs[-1] = self.joined(previous, run, count)
+                        continue
+                runs.append(run)
+                continue
             while number < total and self.must_join(run):
                 following = spans[number]
                 if not self.can_extend(run, following.start_char, following.end_char):
@@ -299,6 +316,10 @@ class _FragmentMerger:
                 run, number = pieces[-1], after
             runs.append(run)
         return runs
+
+    def continues_a_cut(self, spans: Sequence[ChunkSpan], number: int) -> bool:
+        """Whether ``spans[number]`` is a later piece of the cut ``spans[number - 1]`` is a piece of."""
+        return number > 0 and spans[number].is_sub_split and self.cuts_of(spans).end_of[number - 1] > number
 
     def cuts_of(self, spans: Sequence[ChunkSpan]) -> _Cuts:
         """The cuts of ``spans``, found once for the pass (each front-matter or heading piece asks)."""

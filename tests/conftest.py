@@ -248,7 +248,8 @@ def only_headings_or_front_matter(text: str, start: int, end: int) -> bool:
 
 def assert_no_fragment_could_have_merged(text: str, chunks, config: chunkline.ChunkConfig) -> None:
     """Every chunk under min_tokens, or of headings or front matter only, is the whole document or could
-    not have joined either neighbour within the budget (or is cut off from it by a gap)."""
+    not have joined either neighbour within the budget (or is cut off from it by a gap); a later piece of a
+    cut section only the piece before it."""
     counter = counter_for(config)
     if len(chunks) == 1 or config.effective_min_tokens == 0:  # the whole document, or the pass is off
         return
@@ -268,7 +269,16 @@ def assert_no_fragment_could_have_merged(text: str, chunks, config: chunkline.Ch
         if not small and not joins_heading:
             continue
         where = f"chunk {number} {chunk.text!r} ({chunk.token_count} tokens)"
-        if number + 1 < len(chunks):
+        # A later piece of a section cut at the budget keeps to its section: it may only join the piece before.
+        previous = chunks[number - 1] if number else None
+        continues_a_cut = (
+            previous is not None
+            and chunk.is_sub_split
+            and previous.is_sub_split
+            and previous.heading_path == chunk.heading_path
+            and chunk.start_char <= previous.end_char
+        )
+        if number + 1 < len(chunks) and not continues_a_cut:
             following = chunks[number + 1]
             if following.start_char <= chunk.end_char:
                 assert not fits(chunk.start_char, following.end_char, joins_heading), f"{where} fits with the next"

@@ -404,3 +404,25 @@ def test_the_template_is_in_the_run_manifest_config_and_the_rebuild_fingerprint(
     assert default.to_public_dict()["chunking"]["embed_context"] == "{breadcrumb}"
     assert titled.to_public_dict()["chunking"]["embed_context"] == "{title}"
     assert rebuild_fingerprint(default) != rebuild_fingerprint(titled)
+
+
+def test_a_few_small_sections_under_long_headings_do_not_take_the_budget_of_the_rest():
+    long_heading = "Appendix: The Complete Calibration Record Of Every Tide Gauge On The Northern Coast Since 1950"
+    text = (
+        "# Tide Gauges\n\n"
+        + "The gauge is checked against the staff every week. " * 120
+        + f"\n\n## {long_heading}\n\nSee the archive.\n"
+    )
+    config = ChunkConfig(max_tokens=128, overlap_tokens=16)
+    counter = get_token_counter()
+    title_line = exact_token_count(counter, "Tide Gauges\n\n")
+    long_line = exact_token_count(counter, f"Tide Gauges > {long_heading}\n\n")
+    assert long_line > 2 * title_line
+    # The sections holding 90% of the text are under the title alone: the reserve is that line's count.
+    assert span_budget(parse_markdown(text), config) == 128 - title_line
+    chunks = chunk_markdown(text, config)
+    assert_invariants(text, chunks, config)
+    assert all(chunk.embed_token_count <= 128 for chunk in chunks)
+    appendix = chunks[-1]
+    assert appendix.heading_path == ("Tide Gauges", long_heading)
+    assert appendix.embed_text.startswith(f"Tide Gauges > {long_heading}\n\n")  # it fits beside its short text

@@ -65,7 +65,8 @@ def test_a_lone_heading_before_a_long_section_starts_its_first_piece(name, read_
     first = chunks[0]
     assert first.text.startswith("# Tide logger handbook\n\n## Performance\n\n### Sampling throughput\n\nThe logger")
     assert first.is_sub_split and first.section_index == 0
-    assert first.heading_path == ("Tide logger handbook",)
+    # The headings head the text after them: the chunk keeps that text's path, not the first heading's.
+    assert first.heading_path == ("Tide logger handbook", "Performance", "Sampling throughput")
     assert chunks[-1].heading_path == ("Tide logger handbook", "Performance", "Sampling throughput")
     assert all(chunk.token_count <= 128 for chunk in chunks)
     assert_invariants(text, chunks, config_for(name))
@@ -77,7 +78,7 @@ def test_a_parent_heading_joins_its_first_subsection(name, read_fixture):
     chunks = chunk_markdown(text, config_for(name))
 
     assert texts(chunks)[0].startswith("# Harbour station setup\n\n## Mounting\n\n### Choosing the pile\n\nPick a pile")
-    assert chunks[0].heading_path == ("Harbour station setup",)
+    assert chunks[0].heading_path == ("Harbour station setup", "Mounting", "Choosing the pile")
     assert chunks[0].section_index == 0 and not chunks[0].is_sub_split
     # The sections after the small ones are still chunks of their own, with their own paths.
     assert chunks[-1].text.startswith("## Power\n\n")
@@ -125,8 +126,9 @@ def test_tiny_sections_in_a_row_are_packed_whole_up_to_min_tokens(name, read_fix
         assert chunk.start_char in separate_starts and chunk.end_char in {c.end_char for c in separate}
         held = [c for c in separate if chunk.start_char <= c.start_char and c.end_char <= chunk.end_char]
         assert chunk.token_count >= 32 or number == len(chunks) - 1
-        if len(held) > 1:  # several questions: the path they share
-            assert chunk.heading_path == ("Frequently asked questions",)
+        if len(held) > 1:  # several questions, siblings: the path of the one with the most tokens
+            assert chunk.heading_path == max(held, key=lambda part: part.token_count).heading_path
+            assert len(chunk.heading_path) == 2 and chunk.heading_path[0] == "Frequently asked questions"
             assert not chunk.is_sub_split
         else:
             assert chunk.heading_path == held[0].heading_path
@@ -140,10 +142,29 @@ def test_a_small_last_section_joins_the_one_before_it(name, read_fixture):
 
     assert chunks[-1].text.endswith("## Throttling\n\n" + text.split("## Throttling\n\n")[1])
     assert "## License\n\nMIT.\n" in chunks[-1].text
-    if name != "sections":  # which packs the two sections itself, with the path of the first
-        assert chunks[-1].heading_path == ("Upload service",)
+    # Siblings: the path of the larger (``sections`` packs the two itself, with the path of the first).
+    assert chunks[-1].heading_path == ("Upload service", "Throttling")
     assert not any(chunk.text.startswith("## License") for chunk in chunks)
     assert_invariants(text, chunks, config_for(name))
+
+
+def test_a_small_last_piece_of_a_cut_section_never_joins_the_next_section():
+    readings = " ".join(
+        f"Reading {number} of the tide gauge is written in the journal at dawn." for number in range(14)
+    )
+    cables = "The float cable is checked every month, and a worn cable is replaced before the storm season. " * 3
+    text = "# Gauges\n\n" + readings + "\n\n# Cables\n\n" + cables.strip() + "\n"
+    config = config_for("headings", max_tokens=110, min_tokens=32, overlap_tokens=0)
+    separate = chunk_markdown(text, config_for("headings", max_tokens=110, min_tokens=0, overlap_tokens=0))
+    tail, following = separate[-2], separate[-1]
+    assert tail.is_sub_split and tail.token_count < 32 and following.text.startswith("# Cables")
+    assert tail.token_count + following.token_count <= 110, "the two would fit together"
+
+    chunks = chunk_markdown(text, config)
+    # The tail does not fit with the piece before it, and it is not the next section's text: both stay.
+    assert layout(chunks) == layout(separate)
+    assert [chunk.heading_path for chunk in chunks] == [("Gauges",)] * 3 + [("Cables",)]
+    assert_invariants(text, chunks, config)
 
 
 def test_a_section_that_reaches_min_tokens_is_left_alone(read_fixture):
@@ -154,7 +175,7 @@ def test_a_section_that_reaches_min_tokens_is_left_alone(read_fixture):
     assert chunks[0].heading_path == ("Upload service",) and not chunks[0].is_sub_split
 
 
-def test_the_default_packs_mdvdb_setup_into_one_chunk_with_the_shared_path(read_fixture):
+def test_the_default_packs_mdvdb_setup_into_one_chunk_under_installation(read_fixture):
     text = read_fixture("mdvdb_setup.md")
     chunks = chunk_markdown(text, doc_id="docs/setup.md")
     assert texts(chunks) == [text]
@@ -228,7 +249,7 @@ def test_the_four_structural_strategies_declare_it():
     assert {name for name in chunkline.available_strategies() if get_strategy(name).merges_fragments} >= set(MERGING)
 
 
-def test_custom_heading_paths_of_sections_are_shared_when_merged():
+def test_custom_heading_paths_of_merged_sections_keep_the_deeper_path():
     duties = "The operator checks the journal every morning, compares both gauges and files a report. " * 6
     text = (
         "SECTION 1: Duties\n\n" + duties.strip() + "\n\n"
@@ -242,11 +263,11 @@ def test_custom_heading_paths_of_sections_are_shared_when_merged():
     paths = [("Duties",), ("Duties",), ("Duties", "Reports"), ("Scope",), ("Scope",)]
     assert [chunk.heading_path for chunk in separate] == paths
     assert [chunk.token_count < 64 for chunk in separate] == [False, True, True, False, True]
-    # The tail of the long section and the small subsection after it become one chunk, with the custom path
-    # they share; the small tail of the last section fits with nothing.
+    # The small subsection joins the tail of the section before it, its parent: the chunk takes the deeper
+    # custom path, which names both; the small tail of the last section fits with nothing.
     one = separate[1].text + separate[2].text
     assert texts(chunks) == [separate[0].text, one, separate[3].text, separate[4].text]
-    assert [chunk.heading_path for chunk in chunks] == [("Duties",), ("Duties",), ("Scope",), ("Scope",)]
+    assert [chunk.heading_path for chunk in chunks] == [("Duties",), ("Duties", "Reports"), ("Scope",), ("Scope",)]
     assert chunks[1].is_sub_split and chunks[1].token_count == get_token_counter().count(one)
     assert_invariants(text, chunks, config)
 

@@ -327,7 +327,7 @@ def test_read_dataset_of_memory_output_without_reference_run(memory_fs):
     ]
     paths = dict(zip(table.column("doc_id").to_pylist(), table.column("heading_path").to_pylist()))
     assert paths["one.md"] == ["One"]
-    assert paths["deep/two.md"] == ["Two"]  # "## Part" is packed with its parent heading, the shared path
+    assert paths["deep/two.md"] == ["Two", "Part"]  # "# Two" heads the text of "## Part": that text's path
 
 
 def _zip(path: Path, members: dict[str, bytes]) -> str:

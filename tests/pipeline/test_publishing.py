@@ -196,11 +196,11 @@ def test_read_dataset_as_pandas(published):
     assert len(frame) == summary.chunks
     readme = frame[frame["doc_id"] == "README.md"].sort_values("chunk_index")
     # The front matter travels with the title and its introduction; the quick start is a chunk of its own
-    # (over min_tokens), and the short last section joins the one before it, under the path they share.
+    # (over min_tokens), and the short last section joins the one before it, under the path of the larger.
     assert [list(path) for path in readme["heading_path"]] == [
         ["Harbour Telemetry"],
         ["Harbour Telemetry", "Quick start"],
-        ["Harbour Telemetry"],
+        ["Harbour Telemetry", "Sensors"],
     ]
     assert readme["text"].iloc[0].startswith("---\ntitle: Harbour Telemetry")
     assert readme["text"].iloc[2].startswith("## Sensors") and "## Licence" in readme["text"].iloc[2]
