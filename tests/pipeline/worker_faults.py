@@ -34,10 +34,11 @@ if exit_on_document:
     driver_pid = os.getpid()
     process = document_rows.DocumentChunker.process
 
-    def process_or_exit(self, source):
-        if os.getpid() != driver_pid and source.doc_id == exit_on_document:
+    def process_or_exit(self, element):
+        sources = element if isinstance(element, list) else [element]  # a batch of documents, or one
+        if os.getpid() != driver_pid and any(source.doc_id == exit_on_document for source in sources):
             os._exit(exit_status)
-        return process(self, source)
+        return process(self, element)
 
     document_rows.DocumentChunker.process = process_or_exit
 
