@@ -25,7 +25,9 @@ import pyarrow.parquet as pq
 import pytest
 from fsspec.implementations.local import LocalFileSystem
 
+import chunkline.dataset.in_process as in_process_module
 import chunkline.dataset.storage as files_module
+import chunkline.pipelines.run as run_module
 import chunkline.registry as registry_module
 import chunkline.transforms.chunk as chunk_module
 import chunkline.transforms.read as read_module
@@ -163,6 +165,10 @@ def test_an_exception_escaping_a_dofn_on_the_nth_element_fails_the_run_and_publi
         yield from original(self, element)
 
     with monkeypatch.context() as patch:
+        # One document per element (runs chunk documents in batches), so that the step sees a fourth element.
+        batches_of = in_process_module.batches_of
+        patch.setattr(run_module, "BATCH_DOCUMENTS", 1)
+        patch.setattr(in_process_module, "batches_of", lambda sources: batches_of(sources, documents=1))
         patch.setattr(dofn, "process", crashes_on_the_fourth_element)
         with pytest.raises(Exception, match="lost its worker on element 4"):
             # Every document, not just the two edited ones.
