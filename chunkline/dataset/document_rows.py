@@ -104,15 +104,7 @@ class DocumentChunker(BundleStep):
         """The document's rows: its chunks and its ``documents`` row, or its error rows. Every step that
         looks at the document's bytes, text or front matter runs in here, so that whatever one document
         holds becomes its own error row and never an exception out of the DoFn (which would fail the run)."""
-        outcome = self._chunked(source)
-        if not isinstance(outcome, _ChunkedDocument):
-            return outcome
-        try:
-            arrays = _rows_as_arrays(outcome.rows, self._row_types)
-        except _Problem as problem:
-            return self._failed(outcome, problem)
-        self._count_chunked(outcome)
-        return ConvertedRows(outcome.rows, arrays)
+        return self._converted_alone(self._chunked(source))
 
     def rows_of_batch(self, sources: list[SourceFile]) -> list[DocumentRows]:
         """The rows of several documents, as one element: each document is chunked as :meth:`_rows` does,

@@ -282,6 +282,29 @@ def _expanded_result(
         sections = sum(share.section_id is not None for share in taken)
         retrieved_sections.append(sections)
         retrieved_chunks.append(len(taken) - sections)
+    return _system_result(
+        name,
+        retriever,
+        scores,
+        counts,
+        retrieved_tokens,
+        retrieved_chunks,
+        expand=f"section:{max_section_tokens}",
+        retrieved_sections_per_question=statistics.fmean(retrieved_sections),
+    )
+
+
+def _system_result(
+    name: str,
+    retriever: str,
+    scores: Sequence[QuestionScores],
+    counts: np.ndarray,
+    retrieved_tokens: Sequence[int],
+    retrieved_chunks: Sequence[int],
+    **expansion: Any,
+) -> SystemResult:
+    """The means over the questions of one config and retriever (``expansion``: the ``section:N`` mode's
+    fields)."""
     return SystemResult(
         config_name=name,
         retriever=retriever,
@@ -295,8 +318,7 @@ def _expanded_result(
         retrieved_tokens_per_question=statistics.fmean(retrieved_tokens),
         retrieved_chunks_per_question=statistics.fmean(retrieved_chunks),
         per_question=tuple(scores),
-        expand=f"section:{max_section_tokens}",
-        retrieved_sections_per_question=statistics.fmean(retrieved_sections),
+        **expansion,
     )
 
 
@@ -405,22 +427,7 @@ def evaluate_configs(
                 scores.append(score_question(retrieved, question.references))
                 retrieved_tokens.append(sum(share.tokens for share in taken))
                 retrieved_chunks.append(len(taken))
-            results.append(
-                SystemResult(
-                    config_name=name,
-                    retriever=retriever,
-                    recall=statistics.fmean(score.recall for score in scores),
-                    precision=statistics.fmean(score.precision for score in scores),
-                    iou=statistics.fmean(score.iou for score in scores),
-                    hit_rate=sum(score.hit for score in scores) / len(scores),
-                    chunks=len(chunks),
-                    mean_chunk_tokens=float(counts.mean()) if len(counts) else 0.0,
-                    median_chunk_tokens=float(np.median(counts)) if len(counts) else 0.0,
-                    retrieved_tokens_per_question=statistics.fmean(retrieved_tokens),
-                    retrieved_chunks_per_question=statistics.fmean(retrieved_chunks),
-                    per_question=tuple(scores),
-                )
-            )
+            results.append(_system_result(name, retriever, scores, counts, retrieved_tokens, retrieved_chunks))
             for max_section_tokens in expansions:
                 say(f"{name}: {retriever} retrieval expanded to sections of up to {max_section_tokens} tokens")
                 results.append(
