@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from types import TracebackType
 
 from chunkline.pipelines.forked_workers import WorkerDeath, WorkerForkServer
@@ -26,6 +27,8 @@ __all__ = ["WorkerDiedError", "WorkerWatchdog"]
 
 _POLL_SECONDS = 0.2
 _VERDICT_SECONDS = 2.0
+_RUNNER_WORKER_THREAD = "run_worker"
+"""The name Beam's local job service gives the thread that starts and waits for one worker process."""
 """How long a pipeline that failed on its own waits for the fork server's report of a worker's death."""
 
 
@@ -95,6 +98,16 @@ class WorkerWatchdog:
     def _hold_exception(self, arguments: threading.ExceptHookArgs) -> None:
         self._held_exceptions.append(arguments)
 
+    @staticmethod
+    def _wait_for_the_runner_s_worker_threads() -> None:
+        """After a worker died, the runner's thread of each other worker (stopped with the rest) reports its
+        worker's end a moment later: wait for those threads, while their reports are still held, so that
+        none reaches the terminal after the run's one line."""
+        deadline = time.monotonic() + _VERDICT_SECONDS
+        for thread in threading.enumerate():
+            if thread.name == _RUNNER_WORKER_THREAD and thread is not threading.current_thread():
+                thread.join(max(0.0, deadline - time.monotonic()))
+
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
     ) -> None:
@@ -107,6 +120,8 @@ class WorkerWatchdog:
             self._armed = False
         self._stopped.set()
         self._thread.join()
+        if self._death is not None:
+            self._wait_for_the_runner_s_worker_threads()
         signal.signal(signal.SIGUSR1, self._previous_handler)
         threading.excepthook = self._previous_excepthook
         held, self._held_exceptions = self._held_exceptions, []
