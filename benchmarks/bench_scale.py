@@ -19,8 +19,8 @@ Then, ``--runs`` rounds (medians reported; the order of the two full runs altern
   edited (restored afterwards).
 
 For each: wall seconds, documents per second, CPU seconds (user + system of the run's process and of every
-worker it waited for; of the cluster's processes for Dask), CPU milliseconds per document, the peak
-resident set (``VmHWM``) of the driver and of its largest worker process (sampled from ``/proc`` every
+worker it waited for; of the cluster's processes for Dask), CPU milliseconds per document, minor page
+faults per document (of the same processes; not the cluster's), the peak resident set (``VmHWM``) of the driver and of its largest worker process (sampled from ``/proc`` every
 0.2 s while the run lasts), the stage times the run logs (listing, planning, chunking, merge, publish;
 with worker processes, chunking and merge share the pipeline's time) and the documents the run read
 (each read of the file reader counted, in the run's own process: blank for a run on worker processes).
@@ -39,6 +39,7 @@ import json
 import os
 import random
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -333,6 +334,7 @@ def measure(command: list[str], reads_file: Path | None = None, cpu_of: list | N
     return {
         "seconds": report.get("seconds", seconds),
         "cpu_seconds": _children_cpu_since() + _cluster_cpu(cpu_of) - cluster_before,
+        "page_faults": _children_faults_since(),
         "driver_mb": max(driver_peak, report.get("driver_hwm_kb", 0)) / 1024,
         "workers_mb": worker_peak / 1024,
         "stages": stage_seconds(log),
@@ -349,6 +351,17 @@ def _children_cpu_since() -> float:
     total = times.children_user + times.children_system
     since = total - _last_children_cpu[0]
     _last_children_cpu[0] = total
+    return since
+
+
+_last_children_faults = [0]
+
+
+def _children_faults_since() -> int:
+    """Minor page faults of the children this process waited for since the last call (not a Dask cluster's)."""
+    total = resource.getrusage(resource.RUSAGE_CHILDREN).ru_minflt
+    since = total - _last_children_faults[0]
+    _last_children_faults[0] = total
     return since
 
 
@@ -467,6 +480,7 @@ def summarize(rounds: list[dict[str, dict]], pages: int) -> dict[str, dict]:
             "documents_per_second": round(pages / seconds, 1) if not name.startswith("rerun") else None,
             "cpu_seconds": round(cpu, 2),
             "cpu_ms_per_document": round(cpu / pages * 1000, 3),
+            "page_faults_per_document": round(statistics.median(run["page_faults"] for run in measured) / pages, 1),
             "driver_peak_mb": round(statistics.median(run["driver_mb"] for run in measured), 1),
             "workers_peak_mb": round(statistics.median(run["workers_mb"] for run in measured), 1),
             "stages": stages,
@@ -486,7 +500,10 @@ def summarize(rounds: list[dict[str, dict]], pages: int) -> dict[str, dict]:
 
 def print_summary(summary: dict[str, dict], pages: int, runs: int) -> None:
     print(f"\n{pages:,} pages, medians of {runs} round{'s' if runs != 1 else ''} (load now {os.getloadavg()[0]:.1f})")
-    header = f"{'run':<18}{'wall s':>8}{'docs/s':>9}{'CPU s':>8}{'CPU ms/doc':>11}{'driver MB':>10}{'worker MB':>10}{'read':>8}  stages (s)"
+    header = (
+        f"{'run':<18}{'wall s':>8}{'docs/s':>9}{'CPU s':>8}{'CPU ms/doc':>11}{'faults/doc':>11}{'driver MB':>10}"
+        f"{'worker MB':>10}{'read':>8}  stages (s)"
+    )
     print(header)
     for name, figures in summary.items():
         rate = figures["documents_per_second"]
@@ -494,7 +511,8 @@ def print_summary(summary: dict[str, dict], pages: int, runs: int) -> None:
         stages = ", ".join(f"{stage} {value:g}" for stage, value in figures["stages"].items())
         print(
             f"{name:<18}{figures['seconds']:>8.1f}{rate if rate is not None else '':>9}{figures['cpu_seconds']:>8.1f}"
-            f"{figures['cpu_ms_per_document']:>11.3f}{figures['driver_peak_mb']:>10.0f}{figures['workers_peak_mb']:>10.0f}"
+            f"{figures['cpu_ms_per_document']:>11.3f}{figures['page_faults_per_document']:>11.1f}"
+            f"{figures['driver_peak_mb']:>10.0f}{figures['workers_peak_mb']:>10.0f}"
             f"{read if read is not None else '':>8}  {stages}"
         )
         extras = {key: figures[key] for key in ("speedup_vs_in_process", "same_rows_as_in_process") if key in figures}
@@ -532,6 +550,7 @@ def main(argv: list[str] | None = None) -> int:
 
             cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
         _children_cpu_since()
+        _children_faults_since()
         rounds = []
         for round_number in range(arguments.runs):
             rounds.append(one_round(arguments, corpus, paths, scratch, round_number, cluster))
