@@ -5,8 +5,8 @@ when ``chunking.min_tokens`` is above 0. Unset, ``min_tokens`` is half of ``max_
 (:data:`chunkline.config.DEFAULT_MIN_TOKENS_DIVISOR`): small sections in a row are packed until their chunk
 holds at least half the budget, which is what the retrieval benchmark measured best (one chunk per small
 section left a long design document's chunks at a third of the budget, and plain token windows found its
-passages far more often); a section of half the budget or more stays a chunk of its own, so a chunk still
-starts at most section starts.
+passages far more often); a section of half the budget or more stays a chunk of its own, starting at its
+heading.
 
 1. **Forward.** A span under ``min_tokens`` tokens absorbs the spans after it, in document order, while the
    merged range fits the chunk's token budget (counted exactly) and the strategy's own size target
