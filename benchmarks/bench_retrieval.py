@@ -174,9 +174,11 @@ questions (a paired bootstrap: ``--bootstrap-resamples`` 2,000 resamples from a 
 for every system) and printed as the mean difference in points with its 95% percentile interval: a
 0.5-point difference whose interval spans -3 to +4 is read as no difference. The final verdict table gives,
 for each set (all its questions) x size x budget x retriever x metric (recall, IoU): the default's figure,
-the best other row and its figure, the gap (default - best other) with its interval, the best other chunker
-(no chunkline row), and whether the default is first, within 0.5 points, or behind. Each set also prints,
-per size, the share of the default's chunks under 32 tokens.
+the best other system (another chunker or the plain windows: no chunkline row) and its figure, the gap
+(default - best other system) with its interval, whether the default is first, within 0.5 points, or behind,
+and, beside it, the best chunkline row other than the default (another strategy or a variant) and its
+figure: what chunkline could give at that cell, shown but not judged. Each set also prints, per size, the
+share of the default's chunks under 32 tokens.
 
 Output: per question set (and per corpus of ``chroma``), size and budget, a table of every system (chunk
 count, mean tokens per chunk, and recall / IoU / precision / hit for each retriever, ``*`` on the best of
@@ -1158,14 +1160,16 @@ class VerdictRow:
     metric: str
     default: float
     best_other: str
+    """The best system that is no chunkline row (another chunker or the plain windows)."""
     best_other_figure: float
     gap: float
-    """default - best other (0..1): >= 0 when the default is first."""
+    """default - best other system (0..1): >= 0 when the default is first."""
     gap_interval: Interval
-    """default - best other, paired bootstrap over the questions."""
-    best_peer: str | None
-    """The best system that is no chunkline row (another chunker or the windows)."""
-    best_peer_figure: float | None
+    """default - best other system, paired bootstrap over the questions."""
+    best_alternative: str | None
+    """The best chunkline row other than the default (another strategy or a variant), shown beside the
+    verdict but not judged by it."""
+    best_alternative_figure: float | None
 
     @property
     def verdict(self) -> str:
@@ -1188,27 +1192,28 @@ class VerdictRow:
             "best_other_figure": self.best_other_figure,
             "gap": self.gap,
             "gap_interval": self.gap_interval.to_json(),
-            "best_peer": self.best_peer,
-            "best_peer_figure": self.best_peer_figure,
+            "best_alternative": self.best_alternative,
+            "best_alternative_figure": self.best_alternative_figure,
             "verdict": self.verdict,
         }
 
 
 def verdict_rows(tables: Sequence[Table], held_out: dict[str, bool], retrievers: Sequence[str]) -> list[VerdictRow]:
     """For each set (all its questions) x size x budget x retriever x compared metric: the default against
-    the best other row and the best row that is not chunkline's. Held-out sets come last."""
+    the best other system (no chunkline row), with the best other chunkline row beside it. Held-out sets
+    come last; a table without another system gives no row."""
     rows = []
     for table in sorted((t for t in tables if t.group == "all"), key=lambda t: held_out[t.set_name]):
         for retriever in retrievers:
             for metric in COMPARED_METRICS:
                 default = table.means[DEFAULT_SYSTEM][retriever][metric]
-                others = [(name, figures[retriever][metric]) for name, figures in table.means.items()]
-                others = [(name, figure) for name, figure in others if name != DEFAULT_SYSTEM]
+                scores = [(name, figures[retriever][metric]) for name, figures in table.means.items()]
+                others = [(name, figure) for name, figure in scores if not is_chunkline_row(name)]
                 if not others:
                     continue
                 best_name, best_figure = max(others, key=lambda item: item[1])  # the first row of the highest
-                peers = [(name, figure) for name, figure in others if not is_chunkline_row(name)]
-                peer_name, peer_figure = max(peers, key=lambda item: item[1]) if peers else (None, None)
+                alternatives = [item for item in scores if is_chunkline_row(item[0]) and item[0] != DEFAULT_SYSTEM]
+                alternative, alternative_figure = max(alternatives, key=lambda item: item[1], default=(None, None))
                 rows.append(
                     VerdictRow(
                         table.set_name,
@@ -1222,8 +1227,8 @@ def verdict_rows(tables: Sequence[Table], held_out: dict[str, bool], retrievers:
                         best_figure,
                         default - best_figure,
                         negated(table.differences[best_name][retriever][metric]),
-                        peer_name,
-                        peer_figure,
+                        alternative,
+                        alternative_figure,
                     )
                 )
     return rows
@@ -1322,13 +1327,13 @@ def verdict_table(rows: Sequence[VerdictRow]) -> tuple[list[str], list[list[str]
         "retriever",
         "metric",
         DEFAULT_SYSTEM,
-        "best other",
+        "best other system",
         "its figure",
         "gap",
         f"gap {CONFIDENCE:.0%}",
-        "best other chunker",
-        "its figure",
         "verdict",
+        f"best {DEFAULT_SYSTEM} alternative",
+        "its figure",
     ]
     body = [
         [
@@ -1342,9 +1347,9 @@ def verdict_table(rows: Sequence[VerdictRow]) -> tuple[list[str], list[list[str]
             percent(row.best_other_figure),
             f"{100 * row.gap:+.1f}",
             f"[{100 * row.gap_interval.low:+.1f}, {100 * row.gap_interval.high:+.1f}]",
-            row.best_peer or "-",
-            percent(row.best_peer_figure) if row.best_peer_figure is not None else "-",
             row.verdict,
+            row.best_alternative or "-",
+            percent(row.best_alternative_figure) if row.best_alternative_figure is not None else "-",
         ]
         for row in rows
     ]
@@ -1517,9 +1522,10 @@ def text_report(run: Run, markdown: bool) -> str:
         header, rows = timing_table(set_results)
         lines += ["", f"wall time per system on {question_set.name} (seconds):", "", render(header, rows)]
     title = (
-        f"verdict: {DEFAULT_SYSTEM} against the best other row and the best other chunker, all questions of each "
-        f"set; gap = {DEFAULT_SYSTEM} - best other, in points, with its {CONFIDENCE:.0%} interval (paired "
-        f"bootstrap); verdict: first, within {WITHIN_POINTS:g} point, or behind"
+        f"verdict: {DEFAULT_SYSTEM} against the best other system (other chunkers and the plain windows), all "
+        f"questions of each set; gap = {DEFAULT_SYSTEM} - best other system, in points, with its {CONFIDENCE:.0%} "
+        f"interval (paired bootstrap); verdict: first, within {WITHIN_POINTS:g} point, or behind; beside it the "
+        f"best other {DEFAULT_SYSTEM} row, not judged"
     )
     header, rows = verdict_table(run.verdict)
     lines += ["", f"## {title}" if markdown else f"=== {title} ===", "", render(header, rows)]

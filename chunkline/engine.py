@@ -41,7 +41,7 @@ __all__ = [
 
 #: Raised whenever the same bytes and config would give different chunks than before, so that incremental
 #: rebuilds know that chunks made by an older chunkline cannot be reused.
-CHUNKING_VERSION = "5"
+CHUNKING_VERSION = "6"
 
 
 class ReconstructionError(ValueError):

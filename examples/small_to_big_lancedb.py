@@ -102,9 +102,12 @@ def search_sections(
     target: str, query: str, k: int = 5, max_section_tokens: int = 512, *, embedder: Embedder | None = None
 ) -> list[dict[str, Any]]:
     """What a reader is handed for ``query``: for each of the ``k`` nearest chunks, nearest first, the
-    largest section around it of at most ``max_section_tokens`` tokens, else the chunk, deduplicated. Each
-    result: ``doc_id``, ``section_id`` (None for a chunk), ``heading_path``, ``start_char``, ``end_char``,
-    ``start_line``, ``end_line``, ``token_count``, ``text`` and ``chunk_ids``, the hits it answers."""
+    largest section around it of at most ``max_section_tokens`` tokens, else the chunk, deduplicated: one
+    inside a result already given adds its hit to it, and one that overlaps results already given (a chunk
+    that packs the end of one section with the next) is joined with them into one range. Each result:
+    ``doc_id``, ``section_id`` (None for a chunk or a joined range), ``heading_path``, ``start_char``,
+    ``end_char``, ``start_line``, ``end_line``, ``token_count`` (None for a joined range), ``text`` and
+    ``chunk_ids``, the hits it answers."""
     embedder = embedder or load_embedder()
     db = lancedb.connect(target)
     vector = embedder.embed([query])[0]
@@ -119,17 +122,24 @@ def search_sections(
         if holder is not None:  # inside a result already returned
             holder["chunk_ids"].append(hit["chunk_id"])
             continue
-        inside = [r for r in same_doc if start <= r["start_char"] and r["end_char"] <= end]
+        start_line, end_line = unit["start_line"], unit["end_line"]
+        inside = [r for r in same_doc if r["start_char"] < end and start < r["end_char"]]
+        joined = any(r["start_char"] < start or end < r["end_char"] for r in inside)
+        for r in inside:  # results never overlap each other, so one pass joins every one the unit touches
+            if r["start_char"] < start:
+                start, start_line = r["start_char"], r["start_line"]
+            if end < r["end_char"]:
+                end, end_line = r["end_char"], r["end_line"]
         result = {
             "doc_id": doc_id,
-            "section_id": unit.get("section_id") if unit is not hit else None,
+            "section_id": unit.get("section_id") if unit is not hit and not joined else None,
             "heading_path": list(unit["heading_path"]),
             "start_char": start,
             "end_char": end,
-            "start_line": unit["start_line"],
-            "end_line": unit["end_line"],
-            "token_count": unit["token_count"],
-            "text": unit["text"] if unit is hit else span_text(db, doc_id, start, end),
+            "start_line": start_line,
+            "end_line": end_line,
+            "token_count": None if joined else unit["token_count"],
+            "text": unit["text"] if unit is hit and not joined else span_text(db, doc_id, start, end),
             "chunk_ids": [chunk_id for r in inside for chunk_id in r["chunk_ids"]] + [hit["chunk_id"]],
         }
         at = results.index(inside[0]) if inside else len(results)
@@ -155,4 +165,5 @@ if __name__ == "__main__":
     for result in search_sections(args.folder, query, args.k, args.max_section_tokens, embedder=model):
         kind = result["section_id"] or "chunk"
         where = f"{result['doc_id']}:{result['start_line']}-{result['end_line']}"
-        print(f"{kind}  {where}  {result['token_count']} tokens  {' > '.join(result['heading_path'])}")
+        tokens = "joined" if result["token_count"] is None else f"{result['token_count']} tokens"
+        print(f"{kind}  {where}  {tokens}  {' > '.join(result['heading_path'])}")

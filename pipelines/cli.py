@@ -845,14 +845,14 @@ def _embed_context_of(chunk: Chunk) -> str:
 
 
 def _strategies_command(arguments: argparse.Namespace) -> int:
-    from chunkline.config import DEFAULT_MIN_TOKENS, ChunkConfig
+    from chunkline.config import ChunkConfig
     from chunkline.registry import available_strategies, get_strategy
 
     out = sys.stdout
     default = ChunkConfig()
     out.write(
         f"Common settings (chunking.*): max_tokens={default.max_tokens}, overlap_tokens={default.overlap_tokens}, "
-        f"min_tokens={default.min_tokens} ({DEFAULT_MIN_TOKENS}, or half of max_tokens when smaller; 0: off), "
+        f"min_tokens={default.min_tokens} (half of max_tokens; 0: off), "
         f"tokenizer={default.tokenizer} (a tiktoken encoding, or huggingface with tokenizer_file naming a "
         "tokenizer.json), tokenizer_file=None, tokenizer_sha256=None, count_special_tokens=False, "
         f"embed_context={default.embed_context!r} (the context line of embed_text: {{title}}, {{heading_path}}, "

@@ -270,7 +270,8 @@ def assert_no_fragment_could_have_merged(text: str, chunks, config: chunkline.Ch
             continue
         where = f"chunk {number} {chunk.text!r} ({chunk.token_count} tokens)"
         # A later piece of a section cut at the budget keeps to its section: it may only join the piece before.
-        # A piece never joins the next section, whatever path the packed piece before it took.
+        # A piece never joins the next section, whatever path the packed piece before it took; one that overlaps
+        # the piece before it is a later piece of that cut (cuts of different sections never overlap).
         previous = chunks[number - 1] if number else None
         following = chunks[number + 1] if number + 1 < len(chunks) else None
         continues_a_cut = (
@@ -279,7 +280,8 @@ def assert_no_fragment_could_have_merged(text: str, chunks, config: chunkline.Ch
             and previous.is_sub_split
             and chunk.start_char <= previous.end_char
             and (
-                previous.heading_path == chunk.heading_path
+                chunk.start_char < previous.end_char
+                or previous.heading_path == chunk.heading_path
                 or (following is not None and following.section_id != chunk.section_id)
             )
         )

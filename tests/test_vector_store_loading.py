@@ -120,9 +120,21 @@ STORED_COLUMNS = {
 
 @pytest.fixture(scope="module")
 def sample_dataset(tmp_path_factory) -> str:
-    """The dataset of ``sample_corpus/``, published once on the in-process runner; its URL."""
+    """The dataset of ``sample_corpus/``, published once on the in-process runner; its URL. Its small
+    sections stay chunks of their own (``min_tokens`` 32), so that the hashing embedder finds each of
+    :data:`PASSAGES` in a chunk of its section."""
+    return _sample_dataset(tmp_path_factory, ["min_tokens=32"])
+
+
+@pytest.fixture(scope="module")
+def packed_dataset(tmp_path_factory) -> str:
+    """The dataset of ``sample_corpus/`` at the default settings, small sections packed together."""
+    return _sample_dataset(tmp_path_factory, [])
+
+
+def _sample_dataset(tmp_path_factory, settings: list[str]) -> str:
     output = tmp_path_factory.mktemp("vector-stores") / "sample-dataset"
-    config = load_run_config(None, [], environ={}, inputs=[str(SAMPLE_CORPUS)], output=str(output))
+    config = load_run_config(None, settings, environ={}, inputs=[str(SAMPLE_CORPUS)], output=str(output))
     run_pipeline(config)
     return str(output)
 
@@ -429,6 +441,39 @@ def test_small_to_big_hands_out_the_largest_section_around_each_hit_with_its_exa
     spans = sorted((r["doc_id"], r["start_char"], r["end_char"]) for r in results)
     assert all(a[0] != b[0] or a[2] <= b[1] for a, b in zip(spans, spans[1:]))  # nothing handed out twice
     assert any(result["section_id"] for result in results)
+
+
+def test_small_to_big_joins_a_section_with_a_packed_chunk_that_overlaps_it(packed_dataset, tmp_path):
+    # Packed chunks cross section ends: the section around one hit and the chunk of another overlap, and
+    # are handed out as one range, never twice.
+    target = str(tmp_path / "packed")
+    load_lancedb.load(packed_dataset, target, embedder=HASHING)
+    small_to_big.load_sections(packed_dataset, target)
+    passage = PASSAGES["crlf-file"]
+    results = small_to_big.search_sections(target, passage.query, k=5, max_section_tokens=512, embedder=HASHING)
+    hits = load_lancedb.search(target, passage.query, k=5, embedder=HASHING)
+    assert sorted(chunk_id for result in results for chunk_id in result["chunk_ids"]) == sorted(
+        hit["chunk_id"] for hit in hits
+    )
+    spans = sorted((r["doc_id"], r["start_char"], r["end_char"]) for r in results)
+    assert all(a[0] != b[0] or a[2] <= b[1] for a, b in zip(spans, spans[1:]))
+    joined = [result for result in results if result["token_count"] is None]
+    assert joined and all(result["section_id"] is None and len(result["chunk_ids"]) > 1 for result in joined)
+    chunks = {row["chunk_id"]: row for row in read_dataset(packed_dataset, "chunks").to_pylist()}
+    for result in joined:
+        document = (SAMPLE_CORPUS / result["doc_id"]).read_bytes().decode("utf-8")
+        assert result["text"] == document[result["start_char"] : result["end_char"]]
+        assert (result["start_line"], result["end_line"]) == (
+            line_of(document, result["start_char"]),
+            line_of(document, result["end_char"] - 1),
+        )
+        for chunk_id in result["chunk_ids"]:
+            assert (
+                result["start_char"]
+                <= chunks[chunk_id]["start_char"]
+                < chunks[chunk_id]["end_char"]
+                <= result["end_char"]
+            )
 
 
 def test_small_to_big_with_no_section_small_enough_hands_out_the_hits(small_to_big_store):
