@@ -23,6 +23,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
@@ -181,15 +182,8 @@ class SpillRows(BundleStep):
             for table, array in arrays.items():
                 if table not in ROW_TABLES:
                     raise ValueError(f"row for unknown table {table!r}")
-                table_shards = shards[table]
-                if len(set(table_shards)) == 1:
-                    self._arrays[(table, table_shards[0])].append(array)
-                    continue
-                positions: dict[int, list[int]] = defaultdict(list)
-                for position, shard in enumerate(table_shards):
-                    positions[shard].append(position)
-                for shard, taken in positions.items():
-                    self._arrays[(table, shard)].append(array.take(pa.array(taken, pa.int64())))
+                for shard, rows_of_shard in _split_by_shard(array, shards[table]):
+                    self._arrays[(table, shard)].append(rows_of_shard)
             for (_, row), shard in zip(element, shards[""]):
                 size = row_size(row)
                 self._buffered_bytes += size
@@ -286,6 +280,25 @@ class SpillRows(BundleStep):
             if raise_errors:
                 raise
             self._spill_failure.append(error)
+
+
+def _split_by_shard(array: pa.StructArray, shards: list[int]) -> Iterator[tuple[int, pa.StructArray]]:
+    """``(shard, its rows of array)`` for each shard of ``shards`` (the shard of each row), the rows of a
+    shard in their order in ``array``. One ``take`` puts the rows in shard order and each shard's rows are a
+    slice of it: a take per shard costs about three times as much for a batch's rows over eight shards."""
+    if not shards:
+        return
+    first = shards[0]
+    if shards.count(first) == len(shards):
+        yield first, array
+        return
+    shard_of_row = np.asarray(shards, np.int64)
+    order = np.argsort(shard_of_row, kind="stable")
+    in_order = array.take(pa.array(order))
+    ordered_shards = shard_of_row[order]
+    starts = np.flatnonzero(np.diff(ordered_shards, prepend=-1))
+    for start, end in zip(starts.tolist(), [*starts[1:].tolist(), len(order)]):
+        yield int(ordered_shards[start]), in_order.slice(start, end - start)
 
 
 @dataclass
