@@ -46,13 +46,14 @@ from chunkline.dataset.merge import (
     section_deletes,
     section_upserts,
     shard_of,
+    sorted_row_groups_and_sizes,
     sorted_unique,
-    sorted_unique_row_groups,
     with_listed_metadata,
 )
 from chunkline.dataset.process_hooks import NO_PROCESS_HOOKS, ProcessHooks
 from chunkline.dataset.publish import verify_part
 from chunkline.dataset.rebuild import RebuildPlan
+from chunkline.dataset.row_groups import row_bytes
 from chunkline.dataset.settings import RunConfig
 from chunkline.dataset.storage import (
     list_files,
@@ -334,7 +335,7 @@ class MergeShard(BundleStep):
 
     Memory: ``chunks`` (and with it ``changes/upserts``), then ``sections`` (and its changes), is merged one
     output row group at a time
-    (:func:`~chunkline.dataset.merge.sorted_unique_row_groups`, :class:`~chunkline.dataset.merge.PartWriter`):
+    (:func:`~chunkline.dataset.merge.sorted_row_groups_and_sizes`, :class:`~chunkline.dataset.merge.PartWriter`):
     the merge holds the shard's key columns, one spill file and about 1.2 row groups of chunk rows, where a
     row group ends at ``output.row_group_rows`` rows or ``output.row_group_bytes`` bytes of rows (16 MB),
     whichever comes first, so that a shard's size does not change what its merge holds. An incremental or
@@ -427,8 +428,15 @@ class MergeShard(BundleStep):
         chunks_part = PartWriter(schema, row_group_rows, compression, row_group_bytes)
         upserts_part = PartWriter(upserts_schema, row_group_rows, compression, row_group_bytes)
         new_chunk_ids = []
+        # An upsert row is a row of the table with one more column: when a row group's rows are all upserts
+        # (a full rebuild's are), their bytes are the rows' and that column's.
+        added = [name for name in upserts_schema.names if name not in schema.names]
+        sizes_carry_over = all(
+            name in upserts_schema.names and upserts_schema.field(name).type == schema.field(name).type
+            for name in schema.names
+        )
         try:
-            for rows in sorted_unique_row_groups(
+            for rows, sizes in sorted_row_groups_and_sizes(
                 sources,
                 schema,
                 key,
@@ -436,7 +444,7 @@ class MergeShard(BundleStep):
                 row_group_bytes,
                 between_steps=self._settings.process_hooks.between_merge_steps,
             ):
-                chunks_part.write(rows)
+                chunks_part.write(rows, sizes)
                 new_chunks = not_carried(rows, carried_ids)
                 del rows
                 new_chunk_ids.append(new_chunks.column(tables.id_column))
@@ -448,8 +456,11 @@ class MergeShard(BundleStep):
                 counts.reembedded.update(
                     pc.filter(upserts.column("doc_id"), upserts.column("embedding_changed")).to_pylist()
                 )
-                upserts_part.write(upserts)
-                del upserts
+                if sizes_carry_over and upserts.num_rows == len(sizes):
+                    upserts_part.write(upserts, sizes + row_bytes(upserts.select(added)))
+                else:
+                    upserts_part.write(upserts)
+                del upserts, sizes
             carried = sources = None  # the carried rows are written: let them go
             chunks_part.end_rows()
             upserts_part.end_rows()
