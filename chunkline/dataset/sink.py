@@ -382,7 +382,7 @@ class MergeShard(BundleStep):
             hooks.between_merge_steps()
         with hooks.merging() if full_rebuild else contextlib.nullcontext():
             yield from self._merge_chunks(shard, previous_parts, carried_ids, counts)
-            yield from self._merge_rows(_SECTION_TABLES, shard, previous_parts, carried_ids, _ChunkCounts())
+            yield from self._merge_rows(_SECTION_TABLES, shard, previous_parts, carried_ids, None)
         previous_documents, documents = self._merge_table("documents", shard, previous_parts, carried_ids, plan)
         yield from self._write("documents", shard, documents)
         _, errors = self._merge_table("errors", shard, previous_parts, carried_ids, plan)
@@ -406,11 +406,11 @@ class MergeShard(BundleStep):
         shard: int,
         previous_parts: dict[str, list[str]],
         carried_ids: pa.Array,
-        counts: _ChunkCounts,
+        counts: _ChunkCounts | None,
     ) -> Iterator[str]:
         """Write the shard's parts of a table of rows with ids (``chunks``, ``sections``) and of its
         upserts and deletes, one row group at a time, and count each document's upserts, deletes and upserts
-        to embed again."""
+        to embed again in ``counts`` (``changes/documents`` counts chunks alone: None for sections)."""
         schema, key = self._schemas[tables.rows]
         upserts_schema = self._schemas[tables.upserts][0]
         previous = self._read_previous(tables.rows, shard, previous_parts)
@@ -451,11 +451,12 @@ class MergeShard(BundleStep):
                 upserts = tables.find_upserts(compared_with, new_chunks)
                 del new_chunks
                 upserts = upserts.select(upserts_schema.names).cast(upserts_schema)  # in the schema's order
-                counts.upserted.update(upserts.column("doc_id").to_pylist())
-                # The doc_ids alone: a filter of the whole table would copy the row group.
-                counts.reembedded.update(
-                    pc.filter(upserts.column("doc_id"), upserts.column("embedding_changed")).to_pylist()
-                )
+                if counts is not None:
+                    counts.upserted.update(upserts.column("doc_id").to_pylist())
+                    # The doc_ids alone: a filter of the whole table would copy the row group.
+                    counts.reembedded.update(
+                        pc.filter(upserts.column("doc_id"), upserts.column("embedding_changed")).to_pylist()
+                    )
                 if sizes_carry_over and upserts.num_rows == len(sizes):
                     upserts_part.write(upserts, sizes + row_bytes(upserts.select(added)))
                 else:
@@ -472,7 +473,8 @@ class MergeShard(BundleStep):
         ids = pa.chunked_array([ids for column in new_chunk_ids for ids in column.chunks], pa.string())
         deletes = tables.find_deletes(old_chunks, ids)
         del old_chunks, compared_with
-        counts.deleted.update(deletes.column("doc_id").to_pylist())
+        if counts is not None:
+            counts.deleted.update(deletes.column("doc_id").to_pylist())
         yield from self._write(tables.deletes, shard, deletes)
 
     def _merge_table(
