@@ -17,10 +17,15 @@ rounds whose order alternates):
 3. **peak memory vs corpus size**: the default and the in-process ``chunkline run`` over 1x, 4x and 16x
    the corpus; the peak resident set size (``ru_maxrss``, the largest of the driver and its workers) is
    reported for each.
+4. **what the sections table costs**: ``chunkline run CORPUS --output OUT --workers 0`` as a whole process,
+   as the program runs it, against the same command with the chunker's ``sections`` rows left out (the
+   chunks, their link columns included, are made as always; no sections are built, converted, spilled or
+   merged, and the snapshot has no ``sections`` or section ``changes/`` parts): the median CPU seconds of
+   each process (user and system) and their ratio. Not part of the default set; ``--only sections``.
 
 Usage::
 
-    python benchmarks/bench_pipeline.py [CORPUS] [--runs 3] [--large-mb 50] [--only loop|workers|memory]
+    python benchmarks/bench_pipeline.py [CORPUS] [--runs 3] [--large-mb 50] [--only loop|workers|memory|sections]
 
 CORPUS defaults to ``sample_corpus/``, the small corpus this repository ships; the published figures are of a
 larger corpus given as the argument (``python benchmarks/bench_pipeline.py ../shared/corpus``).
@@ -64,6 +69,23 @@ chunks = 0
 for path in files:
     chunks += len(chunkline.chunk_markdown(path.read_bytes().decode("utf-8"), doc_id=str(path)))
 print(time.perf_counter() - started, chunks, len(files))
+"""
+
+
+_COMMAND_SNIPPET = """
+import sys
+{before}
+from chunkline.pipelines.cli import console_main
+sys.argv = ["chunkline", *sys.argv[1:]]
+console_main()
+"""
+
+_WITHOUT_SECTIONS = """
+import chunkline.dataset.document_rows as document_rows
+from chunkline.engine import chunk_document
+document_rows.chunk_document_with_section_rows = lambda document, config, counter, **keywords: (
+    chunk_document(document, config, counter, **keywords), []
+)
 """
 
 
@@ -126,9 +148,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--large-mb", type=float, default=50.0, help="corpus size for the workers comparison")
     parser.add_argument(
         "--only",
-        choices=("loop", "workers", "memory"),
+        choices=("loop", "workers", "memory", "sections"),
         action="append",
-        help="run only these measurements (repeatable); default: all three",
+        help="run only these measurements (repeatable); default: loop, workers and memory",
     )
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     arguments = parser.parse_args(argv)
@@ -149,6 +171,8 @@ def main(argv: list[str] | None = None) -> int:
             _compare_runners_large_and_sample(corpus, work, megabytes, arguments, results)
         if "memory" in wanted:
             _measure_memory(corpus, work, results)
+        if "sections" in wanted:
+            _measure_sections_cost(corpus, work, arguments.runs, results)
     if arguments.json:
         arguments.json.write_text(json.dumps(results, indent=2))
     print(json.dumps(results, indent=2))
@@ -306,6 +330,56 @@ def _measure_memory(corpus: Path, work: Path, results: dict) -> None:
             memory[f"16x {name}"]["peak_rss_mb"] / memory[f"1x {name}"]["peak_rss_mb"], 2
         )
     results["peak_memory"] = memory
+
+
+def command_cpu_seconds(corpus: Path, work: Path, before: str = "") -> float:
+    """CPU seconds (user and system) of ``chunkline run CORPUS --output OUT --workers 0`` as one process,
+    with the code ``before`` run first."""
+    output = work / f"out-{time.monotonic_ns()}"
+    command = [
+        sys.executable,
+        "-c",
+        _COMMAND_SNIPPET.format(before=before),
+        "run",
+        str(corpus),
+        "--output",
+        str(output),
+        "--workers",
+        "0",
+    ]
+    try:
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        errors = process.stderr.read() if process.stderr else ""
+        _, status, usage = os.wait4(process.pid, 0)
+        if status != 0:
+            raise RuntimeError(f"chunkline run failed (wait status {status})\n{errors[-2000:]}")
+        has_sections = (output / "_manifest.json").is_file() and bool(
+            json.loads((output / "_manifest.json").read_text())["tables"].get("sections", {}).get("rows")
+        )
+    finally:
+        shutil.rmtree(output, ignore_errors=True)
+    if has_sections == bool(before):
+        raise RuntimeError("the run without sections wrote sections, or the run with them did not")
+    return usage.ru_utime + usage.ru_stime
+
+
+def _measure_sections_cost(corpus: Path, work: Path, runs: int, results: dict) -> None:
+    with_sections, without_sections = median_pair(
+        lambda: (command_cpu_seconds(corpus, work),),
+        lambda: (command_cpu_seconds(corpus, work, _WITHOUT_SECTIONS),),
+        runs,
+    )
+    with_median, without_median = statistics.median(with_sections), statistics.median(without_sections)
+    results["sections_cost"] = {
+        "cpu_seconds_with_sections": [round(value, 2) for value in with_sections],
+        "cpu_seconds_without_sections": [round(value, 2) for value in without_sections],
+        "ratio": round(with_median / without_median, 3),
+    }
+    print(
+        f"4. in-process run, CPU {with_median:.2f} s with the sections table, {without_median:.2f} s without: "
+        f"{with_median / without_median:.3f}x ({runs} rounds, medians)",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

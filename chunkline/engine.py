@@ -31,11 +31,13 @@ __all__ = [
     "CHUNKING_VERSION",
     "build_sections",
     "chunk_document",
+    "chunk_document_with_section_rows",
     "chunk_document_with_sections",
     "chunk_markdown",
     "chunk_markdown_with_sections",
     "reconstruct",
     "ReconstructionError",
+    "section_rows",
     "span_budget",
 ]
 
@@ -120,6 +122,34 @@ def chunk_document_with_sections(
         embedding=embedding,
     )
     return ChunkedDocument(chunks, records)
+
+
+def chunk_document_with_section_rows(
+    document: MarkdownDocument,
+    config: ChunkConfig,
+    counter: TokenCounter,
+    *,
+    doc_id: str = "",
+    source_uri: str = "",
+    replaced_bytes: Sequence[tuple[int, int]] = (),
+    offsets: TokenOffsets | None = None,
+) -> tuple[list[Chunk], list[tuple]]:
+    """:func:`chunk_document_with_sections` for a writer of the ``sections`` table: the chunks, and the
+    sections as the table's rows (:func:`section_rows`) rather than records holding each section's text."""
+    chunks, sections, embedding = _chunked(
+        document, config, counter, doc_id=doc_id, source_uri=source_uri, replaced_bytes=replaced_bytes, offsets=offsets
+    )
+    rows = section_rows(
+        document,
+        sections,
+        chunks,
+        counter,
+        doc_id=doc_id,
+        source_uri=source_uri,
+        replaced_bytes=replaced_bytes,
+        embedding=embedding,
+    )
+    return chunks, rows
 
 
 def chunk_document(
@@ -417,12 +447,46 @@ def build_sections(
     replaced_bytes: Sequence[tuple[int, int]] = (),
     embedding: EmbedText | None = None,
 ) -> tuple[SectionRecord, ...]:
-    """The ``sections`` rows of a document: its root, then one per heading subtree, from ``sections`` (the
-    engine's sections the ``chunks`` were placed in: each chunk's ``section_index`` is an index into them).
+    """The ``sections`` rows of a document as :class:`~chunkline.record.SectionRecord` (with each section's
+    ``text``): its root, then one per heading subtree, from ``sections`` (the engine's sections the
+    ``chunks`` were placed in: each chunk's ``section_index`` is an index into them). See
+    :func:`section_rows`."""
+    text = document.text
+    rows = section_rows(
+        document,
+        sections,
+        chunks,
+        counter,
+        doc_id=doc_id,
+        source_uri=source_uri,
+        replaced_bytes=replaced_bytes,
+        embedding=embedding,
+    )
+    # Fields before text, heading_path as the record's tuple, text, then the rest (SECTION_ROW_FIELDS).
+    return tuple(SectionRecord(*row[:8], tuple(row[8]), text[row[9] : row[10]], *row[9:]) for row in rows)
 
-    Nothing is parsed again. Token counts come from the document's token offsets (one encoding of the
-    whole text, the chunking's own when it made one), exact at the section boundaries; ``embedding`` (the
-    chunks' own) makes each section's ``embed_text`` when it fits its ``max_tokens``."""
+
+def section_rows(
+    document: MarkdownDocument,
+    sections: Sequence[Section],
+    chunks: Sequence[Chunk],
+    counter: TokenCounter,
+    *,
+    doc_id: str = "",
+    source_uri: str = "",
+    replaced_bytes: Sequence[tuple[int, int]] = (),
+    embedding: EmbedText | None = None,
+) -> list[tuple]:
+    """The ``sections`` table's rows of a document, each a tuple of the values of
+    :data:`~chunkline.record.SECTION_ROW_FIELDS` (``heading_path`` a list): the document's root, then one per
+    heading subtree, from ``sections`` (the engine's sections the ``chunks`` were placed in: each chunk's
+    ``section_index`` is an index into them).
+
+    Nothing is parsed again, and no section's text is copied out of the document unless it is embedded:
+    token counts come from the document's token offsets (one encoding of the whole text, the chunking's own
+    when it made one), exact at the section boundaries; ``embedding`` (the chunks' own) makes each
+    section's ``embed_text`` when it fits its ``max_tokens``; each section's hash is of its range of the
+    document's UTF-8 bytes, encoded once."""
     text = document.text
     index = document.index
     length = len(text)
@@ -470,12 +534,12 @@ def build_sections(
     root_first = min(chunk_indexes) if chunk_indexes else None
     root_last = max(chunk_indexes) if chunk_indexes else None
     # (ordinal, level, heading, heading path, start, end, parent ordinal, chunk count, first, last)
-    rows = [(ROOT_SECTION_ORDINAL, 0, None, (), 0, length, None, root_count, root_first, root_last)]
+    spans = [(ROOT_SECTION_ORDINAL, 0, None, (), 0, length, None, root_count, root_first, root_last)]
     for number, section in enumerate(sections):
         if section.heading is None:
             continue
         parent = ROOT_SECTION_ORDINAL if section.parent is None else ordinals[section.parent]
-        rows.append(
+        spans.append(
             (
                 ordinals[number],
                 section.level,
@@ -490,39 +554,41 @@ def build_sections(
             )
         )
     token_counts = _section_token_counts(offsets, sections, subtree_end, length)
-    byte_at = index.byte_offsets(position for row in rows for position in (row[4], row[5]))
-    if replaced_bytes:
-        byte_at = _file_byte_offsets(byte_at, replaced_bytes)
+    text_byte_at = index.byte_offsets(position for span in spans for position in (span[4], span[5]))
+    byte_at = _file_byte_offsets(text_byte_at, replaced_bytes) if replaced_bytes else text_byte_at
+    # A section's text in UTF-8 is its range of the whole text's bytes: one encoding, hashed through views.
+    text_bytes = memoryview(text.encode("utf-8", "surrogatepass"))
+    sha256 = hashlib.sha256
+    # The root is ordinal 0 and the headings follow in order: a section's ordinal is its position.
+    section_ids = [section_id_of(doc_id, ordinal) for ordinal in range(len(spans))]
     max_tokens = embedding.max_tokens
     front_matter_end = document.front_matter.end_char if document.front_matter is not None else 0
     title = embedding.title
     line_starts = index.line_starts
-    records = []
+    rows = []
     for (ordinal, level, heading, path, start, end, parent, chunk_count, first, last), token_count in zip(
-        rows, token_counts
+        spans, token_counts
     ):
-        section_text = text[start:end]
         body_count = token_count if start >= front_matter_end else offsets.count(front_matter_end, end)
         embed_text: str | None = None
         embed_token_count: int | None = None
         if max_tokens is None or body_count <= max_tokens:
-            embed_text, embed_token_count = embedding.embed(start, end, path, token_count, section_text)
+            embed_text, embed_token_count = embedding.embed(start, end, path, token_count)
             if max_tokens is not None and embed_token_count > max_tokens:
                 embed_text = embed_token_count = None
-        section_id = section_id_of(doc_id, ordinal)
+        section_id = section_ids[ordinal]
         start_line = bisect_right(line_starts, start)
-        records.append(
-            SectionRecord(
+        rows.append(
+            (
                 section_id,
                 chunk_uuid(section_id),
-                None if parent is None else section_id_of(doc_id, parent),
+                None if parent is None else section_ids[parent],
                 doc_id,
                 source_uri,
                 ordinal,
                 level,
                 heading,
-                path,
-                section_text,
+                list(path),
                 start,
                 end,
                 byte_at[start],
@@ -537,10 +603,10 @@ def build_sections(
                 title,
                 embed_text,
                 embed_token_count,
-                hashlib.sha256(section_text.encode("utf-8", "surrogatepass")).hexdigest(),
+                sha256(text_bytes[text_byte_at[start] : text_byte_at[end]]).hexdigest(),
             )
         )
-    return tuple(records)
+    return rows
 
 
 def _file_byte_offsets(byte_at: dict[int, int], replaced_bytes: Sequence[tuple[int, int]]) -> dict[int, int]:

@@ -12,6 +12,7 @@ __all__ = [
     "ChunkedDocument",
     "CHUNK_UUID_NAMESPACE",
     "ROOT_SECTION_ORDINAL",
+    "SECTION_ROW_FIELDS",
     "SectionRecord",
     "chunk_uuid",
     "section_id_of",
@@ -205,6 +206,11 @@ class SectionRecord:
         row = {name: getattr(self, name) for name in self.__slots__}
         row["heading_path"] = list(self.heading_path)
         return row
+
+
+#: The fields of a ``sections`` table row, in the table's column order: those of :class:`SectionRecord` but
+#: ``text`` (see :func:`chunkline.engine.section_rows`).
+SECTION_ROW_FIELDS = tuple(name for name in SectionRecord.__slots__ if name != "text")
 
 
 @dataclass(frozen=True, slots=True)

@@ -222,3 +222,15 @@ def test_the_row_group_byte_cap_decides_the_part_files_and_so_the_rebuild_finger
     assert fingerprint() != fingerprint("output.row_group_bytes=8000000")
     manifest = load_run_config(None, ["output.row_group_bytes=8000000"], {}, inputs=["docs"], output="out")
     assert manifest.to_public_dict()["output"]["row_group_bytes"] == 8_000_000
+
+
+def test_how_parts_are_encoded_is_in_the_rebuild_fingerprint(monkeypatch):
+    """Parts of other writer settings hold the same rows in other bytes: a snapshot written with them is
+    rebuilt, not carried over from, so that every part is what a full rebuild writes."""
+    from chunkline.dataset import rebuild
+    from chunkline.dataset.settings import load_run_config
+
+    config = load_run_config(None, [], {}, inputs=["docs"], output="out")
+    now = rebuild.rebuild_fingerprint(config)
+    monkeypatch.setattr(rebuild, "PART_ENCODING", "dictionary-everywhere")
+    assert rebuild.rebuild_fingerprint(config) != now

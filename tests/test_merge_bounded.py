@@ -34,6 +34,7 @@ from chunkline.dataset.merge import (
     chunk_upserts,
     not_carried,
     shard_of,
+    sorted_row_groups_and_sizes,
     sorted_unique,
     sorted_unique_row_groups,
 )
@@ -173,8 +174,12 @@ def test_bounded_merge_writes_the_whole_table_merges_parts(shard):
 def test_bounded_rows_are_the_sorted_unique_rows(shard):
     sources, _, _, row_group_rows, row_group_bytes = shard
     readers = [lambda table=table: table for table in sources]
-    groups = list(sorted_unique_row_groups(readers, CHUNKS_SCHEMA, CHUNKS_KEY, row_group_rows, row_group_bytes))
+    sized = list(sorted_row_groups_and_sizes(readers, CHUNKS_SCHEMA, CHUNKS_KEY, row_group_rows, row_group_bytes))
+    groups = [group for group, _ in sized]
     expected = sorted_unique(pa.concat_tables([CHUNKS_SCHEMA.empty_table(), *sources]), CHUNKS_KEY)
+    # The bytes that come with each row group are its rows' as measured on them (what a PartWriter takes).
+    for group, sizes in sized:
+        assert list(sizes) == (list(row_bytes(group)) if row_group_bytes is not None else [0] * group.num_rows)
     assert pa.concat_tables([CHUNKS_SCHEMA.empty_table(), *groups]).equals(expected)
     keys = expected.select(list(CHUNKS_KEY)).to_pylist()
     assert len({tuple(key.values()) for key in keys}) == len(keys)  # no retried copy survives
@@ -617,3 +622,55 @@ def test_the_bounded_merge_calls_between_steps_only_for_large_row_groups():
     large_groups = merged(group_bytes=1000)
     assert len(calls) > len(large_groups)  # once after the keys, and after each step of each row group
     assert pa.concat_tables(large_groups).equals(pa.concat_tables(small_groups))
+
+
+def _sample_sections_table() -> pa.Table:
+    """The ``sections`` rows of the sample corpus, as the sink writes them."""
+    from chunkline import ChunkConfig, chunk_markdown_with_sections
+    from chunkline.dataset.document_rows import section_row
+
+    rows = []
+    for path in sorted(Path(__file__).resolve().parents[1].joinpath("sample_corpus").rglob("*.md")):
+        doc_id = path.name
+        sections = chunk_markdown_with_sections(path.read_text(), ChunkConfig(), doc_id=doc_id).sections
+        rows += [section_row(section) for section in sections]
+    schema, key = TABLE_SCHEMAS["sections"]
+    return sorted_unique(pa.Table.from_pylist(rows, schema=schema), key)
+
+
+def _dictionary_encoded(part: bytes) -> set[str]:
+    """The columns of a Parquet part that some row group holds dictionary encoded."""
+    metadata = pq.ParquetFile(pa.BufferReader(part)).metadata
+    return {
+        metadata.row_group(group).column(column).path_in_schema
+        for group in range(metadata.num_row_groups)
+        for column in range(metadata.num_columns)
+        if any("DICTIONARY" in encoding for encoding in metadata.row_group(group).column(column).encodings)
+    }
+
+
+def test_chunk_and_section_parts_are_written_without_dictionaries_in_pieces_as_whole():
+    """The values of the chunks and sections tables (and their upserts) are nearly all unique to their row:
+    their parts hold no dictionary, a table of a few columns keeps the writer's, and a sections part written a
+    row group at a time, its rows' bytes given or measured, is the bytes of the whole table."""
+    sections = _sample_sections_table()
+    assert sections.num_rows > 50
+    whole = parquet_bytes(sections, 40, "zstd", 4000)
+    writer = PartWriter(sections.schema, 40, "zstd", 4000)
+    writer.write(sections.slice(0, 7))
+    writer.write(sections.slice(7), row_bytes(sections.slice(7)))
+    assert writer.finish() == whole
+    assert pq.ParquetFile(pa.BufferReader(whole)).read().equals(sections)
+    assert _dictionary_encoded(whole) == set()
+    assert _dictionary_encoded(parquet_bytes(chunk_upserts_like_sections(sections), 1000, "zstd")) == set()
+    chunks = chunks_table([chunk_row(f"doc-{index % 3}", index, f"text {index}") for index in range(30)])
+    assert _dictionary_encoded(parquet_bytes(chunks, 1000, "zstd")) == set()
+    deletes = chunk_deletes(chunks, pa.array([], pa.string()))
+    assert "doc_id" in _dictionary_encoded(parquet_bytes(deletes, 1000, "zstd"))
+
+
+def chunk_upserts_like_sections(sections: pa.Table) -> pa.Table:
+    """``changes/section_upserts`` of ``sections`` against no previous rows (every row new)."""
+    from chunkline.dataset.merge import section_upserts
+
+    return section_upserts(sections.slice(0, 0), sections)

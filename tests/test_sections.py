@@ -331,6 +331,43 @@ def test_the_sections_schema_is_the_section_record_without_its_text():
     assert table.column("heading_path").to_pylist()[3] == ["Tides", "Gauges", "Calibration"]
 
 
+ROWS_CASES = {
+    "nested": NESTED.encode(),
+    "front matter, CRLF, non-ASCII": (
+        b"---\r\ntitle: Caf\xc3\xa9\r\n---\r\n\r\nIntro \xf0\x9f\x8c\x8a\r\n\r\n# \xc3\x9cber\r\n\r\ntext\r\n"
+        b"## B\xc3\xa9\r\n\r\nmore\r\n"
+    ),
+    "invalid bytes replaced": b"# A \xff\xfe head\n\nbody \xc3 bytes\n\n## B\n\n\xed\xa0\x80 tail\n",
+}
+
+
+@pytest.mark.parametrize("case", sorted(ROWS_CASES))
+@pytest.mark.parametrize("strategy", ["headings", "sections"])
+def test_the_table_rows_are_the_records_without_their_text(case, strategy):
+    """The pipeline's rows (built without each section's text) are the records' rows, field for field."""
+    from chunkline.dataset.decoding import decode_file
+    from chunkline.dataset.document_rows import section_row
+    from chunkline.engine import chunk_document_with_section_rows, chunk_document_with_sections
+    from chunkline.record import SECTION_ROW_FIELDS
+    from chunkline.structure import parse_markdown
+
+    text, _, replaced_bytes = decode_file(ROWS_CASES[case], "replace")
+    config = config_for(strategy, 64, 0)
+    counter = counter_for(config)
+    arguments = dict(doc_id="d.md", source_uri="file:///d.md", replaced_bytes=replaced_bytes)
+    chunked = chunk_document_with_sections(parse_markdown(text), config, counter, **arguments)
+    chunks, rows = chunk_document_with_section_rows(parse_markdown(text), config, counter, **arguments)
+    assert chunks == chunked.chunks and len(rows) == len(chunked.sections) > 1
+    assert [dict(zip(SECTION_ROW_FIELDS, row)) for row in rows] == [
+        section_row(section) for section in chunked.sections
+    ]
+    for row in map(dict, (zip(SECTION_ROW_FIELDS, row) for row in rows)):
+        section_text = text[row["start_char"] : row["end_char"]]
+        assert row["content_sha256"] == hashlib.sha256(section_text.encode("utf-8", "surrogatepass")).hexdigest()
+    if case == "invalid bytes replaced":
+        assert replaced_bytes and rows[-1][12] == len(ROWS_CASES[case])  # end_byte counts the file's bytes
+
+
 def test_the_chunks_schema_gains_the_links_after_its_columns():
     from chunkline.schemas import CHUNKS_SCHEMA
 

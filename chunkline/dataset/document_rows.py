@@ -30,7 +30,7 @@ from chunkline.dataset.inputs import FileProblem, SourceFile
 from chunkline.dataset.process_hooks import NO_PROCESS_HOOKS, ProcessHooks
 from chunkline.dataset.storage import scrub_secrets
 from chunkline.encode_ahead import parse_encoding_ahead
-from chunkline.engine import chunk_document_with_sections
+from chunkline.engine import chunk_document_with_section_rows
 from chunkline.schemas import SECTION_COLUMNS, FrontMatterColumn, table_schemas
 from chunkline.tokenizers import counter_for, is_rust_panic
 
@@ -203,7 +203,7 @@ class DocumentChunker(BundleStep):
         # A strategy's failure on one document must not stop the run; nor must a row that cannot be built or
         # stored.
         with _failures_as_problems("chunk"):
-            chunked = chunk_document_with_sections(
+            chunks, section_rows = chunk_document_with_section_rows(
                 document,
                 self._config,
                 self._counter,
@@ -212,13 +212,11 @@ class DocumentChunker(BundleStep):
                 replaced_bytes=replaced_bytes,
                 offsets=offsets,
             )
-        chunks = chunked.chunks
         with _failures_as_problems("chunk", "its rows could not be built"):
             rows: list[tuple[str, dict[str, Any]]] = [(CHUNKS, chunk.to_dict()) for chunk in chunks]
             if self._front_matter_columns:
                 rows += self._promote_front_matter(source, front_matter.data if front_matter else None, rows)
-            # The section's text is not a column (see chunkline.schemas.sections).
-            rows += [(SECTIONS, section_row(section)) for section in chunked.sections]
+            rows += [(SECTIONS, dict(zip(SECTION_COLUMNS, row))) for row in section_rows]
             document_row.update(
                 status="ok",
                 chunk_count=len(chunks),

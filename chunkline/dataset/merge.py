@@ -41,7 +41,7 @@ from pyarrow import ipc
 
 from chunkline.dataset.layout import keep_plan_path
 from chunkline.dataset.row_groups import RowGroupCuts, row_bytes, row_group_ends
-from chunkline.dataset.storage import read_file_bytes
+from chunkline.dataset.storage import parquet_writer_options, read_file_bytes
 from chunkline.schemas import EMBEDDING_CHANGED_FIELD, TABLE_SCHEMAS
 
 __all__ = [
@@ -62,6 +62,7 @@ __all__ = [
     "same_rows",
     "shard_of",
     "sorted_unique",
+    "sorted_row_groups_and_sizes",
     "sorted_unique_row_groups",
     "unique_order",
     "with_listed_metadata",
@@ -389,6 +390,22 @@ def sorted_unique_row_groups(
     group_bytes: int = 16_000_000,
     between_steps: Callable[[], None] | None = None,
 ) -> Iterator[pa.Table]:
+    """The tables of :func:`sorted_row_groups_and_sizes`, without their rows' bytes."""
+    for table, _ in sorted_row_groups_and_sizes(
+        sources, schema, key_columns, row_group_rows, row_group_bytes, group_bytes, between_steps
+    ):
+        yield table
+
+
+def sorted_row_groups_and_sizes(
+    sources: Sequence[Callable[[], pa.Table]],
+    schema: pa.Schema,
+    key_columns: tuple[str, ...],
+    row_group_rows: int,
+    row_group_bytes: int | None = None,
+    group_bytes: int = 16_000_000,
+    between_steps: Callable[[], None] | None = None,
+) -> Iterator[tuple[pa.Table, np.ndarray]]:
     """The rows of :func:`sorted_unique` over the concatenation of the ``sources``' tables (each a function
     that reads one source, of ``schema``, again when called), as consecutive tables with one chunk per
     column, one for each row group of the part they make: at most ``row_group_rows`` rows, ended at
@@ -403,7 +420,11 @@ def sorted_unique_row_groups(
     ``between_steps``, when given, is called once the sources are read for their keys and after each group
     of columns of a large row group (one of ``group_bytes`` or more) is gathered: where the program that owns
     the process may give what the step freed back to the system (``chunkline run`` does, see
-    :mod:`chunkline.pipelines.process_tuning`)."""
+    :mod:`chunkline.pipelines.process_tuning`).
+
+    Each table comes with its rows' bytes (:func:`~chunkline.dataset.row_groups.row_bytes`, measured once
+    on the sources; zeros without ``row_group_bytes``), which a :class:`PartWriter` takes instead of
+    measuring the rows again."""
     key_tables, column_bytes, sizes = [], dict.fromkeys(schema.names, 0), []
     for read in sources:
         table = read()
@@ -420,14 +441,14 @@ def sorted_unique_row_groups(
     offsets = np.cumsum([0] + [len(source_sizes) for source_sizes in sizes])[:-1]
     ordered_sizes = np.concatenate([np.zeros(0, np.int64), *sizes])[offsets[source_of] + row_of] if sizes else sizes
     del sizes
-    ends = row_group_ends(np.asarray(ordered_sizes, np.int64), row_group_rows, row_group_bytes)
+    ordered_sizes = np.asarray(ordered_sizes, np.int64)
+    ends = row_group_ends(ordered_sizes, row_group_rows, row_group_bytes)
     largest_rows = max(np.diff([0, *ends]), default=0)
     if row_group_bytes is not None and len(ends):
         group_totals = np.add.reduceat(ordered_sizes, [0, *ends[:-1]])
         share = float(group_totals.max()) / max(float(group_totals.sum()), 1.0)
     else:
         share = largest_rows / max(len(source_of), 1)
-    del ordered_sizes
     table_bytes = sum(column_bytes.values()) * min(1.0, share)
     # Only a large row group's steps free enough to be worth a call between them.
     release = between_steps if between_steps is not None and table_bytes >= group_bytes else lambda: None
@@ -459,7 +480,7 @@ def sorted_unique_row_groups(
             release()  # this group's pieces, before the next group is gathered
         table = pa.Table.from_arrays([columns.pop(name) for name in schema.names], schema=schema)
         release()  # the pieces and the unordered columns, before the table is encoded
-        yield table
+        yield table, ordered_sizes[start:end]
         del table
 
 
@@ -517,11 +538,15 @@ class PartWriter:
         self.rows = 0
         """Rows written so far."""
 
-    def write(self, table: pa.Table) -> None:
-        """Add rows (of the writer's schema) after those written so far."""
+    def write(self, table: pa.Table, sizes: np.ndarray | None = None) -> None:
+        """Add rows (of the writer's schema) after those written so far; ``sizes``, when given, are their
+        bytes as :func:`~chunkline.dataset.row_groups.row_bytes` measures them (not measured again)."""
         if not table.num_rows:
             return
-        sizes = row_bytes(table) if self._measure else np.zeros(table.num_rows, np.int64)
+        if not self._measure:
+            sizes = np.zeros(table.num_rows, np.int64)
+        elif sizes is None:
+            sizes = row_bytes(table)
         start = 0
         for end in self._cuts.ends(sizes):
             self._pending.append(table.slice(start, end - start))
@@ -571,7 +596,7 @@ class PartWriter:
             small = last and self.rows == 0 and group.nbytes < _IN_MEMORY_PART_BYTES
             self._file = io.BytesIO() if small else tempfile.TemporaryFile(prefix="chunkline-part-")
             self._writer = pq.ParquetWriter(
-                self._file, self._schema, compression=self._compression, write_statistics=True, store_schema=True
+                self._file, self._schema, compression=self._compression, **parquet_writer_options(self._schema)
             )
         self._writer.write_table(group, row_group_size=max(group.num_rows, 1))
         self.rows += group.num_rows

@@ -67,6 +67,7 @@ from chunkline.dataset.merge import (
 from chunkline.dataset.publish import DamagedDatasetError, manifest_problem, read_dataset
 from chunkline.dataset.settings import InputConfig, RunConfig
 from chunkline.dataset.storage import (
+    PART_ENCODING,
     StorageError,
     fresh_filesystem,
     scrub_secrets,
@@ -209,6 +210,7 @@ def rebuild_fingerprint(config: RunConfig) -> str:
         "row_group_rows": config.output.row_group_rows,
         "row_group_bytes": config.output.row_group_bytes,
         "compression": config.output.compression,
+        "part_encoding": PART_ENCODING,
     }
     if config.output.promoted_front_matter:  # the chunk rows hold these columns (none: as before they existed)
         decisive["front_matter_columns"] = [

@@ -25,17 +25,42 @@ __all__ = ["RowGroupCuts", "row_bytes", "row_group_ends"]
 
 def row_bytes(table: pa.Table | pa.RecordBatch) -> np.ndarray:
     """The bytes of each row of ``table`` (int64), summed over its columns (see the module's docstring)."""
+    fixed = 0  # the fixed-width columns' bytes, the same for every row: added once
     sizes = np.zeros(table.num_rows, np.int64)
     for column in table.columns:
+        width = _fixed_width(column.type)
+        if width:
+            fixed += width
+            continue
         array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
         sizes += _value_bytes(array)
+    if fixed:
+        sizes += fixed
     return sizes
+
+
+def _fixed_width(kind: pa.DataType) -> int:
+    """The bytes of a value of ``kind`` when each takes the same, else 0."""
+    if pa.types.is_boolean(kind):
+        return 1
+    if (
+        pa.types.is_string(kind)
+        or pa.types.is_binary(kind)
+        or pa.types.is_large_string(kind)
+        or pa.types.is_large_binary(kind)
+        or pa.types.is_list(kind)
+        or pa.types.is_large_list(kind)
+        or pa.types.is_struct(kind)
+    ):
+        return 0
+    return getattr(kind, "byte_width", 0) or max(kind.bit_width // 8, 1)
 
 
 def _value_bytes(array: pa.Array) -> np.ndarray:
     kind = array.type
-    if pa.types.is_boolean(kind):
-        return np.ones(len(array), np.int64)
+    width = _fixed_width(kind)
+    if width:
+        return np.full(len(array), width, np.int64)
     if pa.types.is_string(kind) or pa.types.is_binary(kind):
         return _lengths(array) + 4
     if pa.types.is_large_string(kind) or pa.types.is_large_binary(kind):
@@ -45,17 +70,20 @@ def _value_bytes(array: pa.Array) -> np.ndarray:
         parents = pc.list_parent_indices(array).to_numpy(zero_copy_only=False)
         in_lists = np.bincount(parents, weights=_value_bytes(items), minlength=len(array)).astype(np.int64)
         return in_lists + (8 if pa.types.is_large_list(kind) else 4)
-    if pa.types.is_struct(kind):
-        sizes = np.zeros(len(array), np.int64)
-        for index in range(kind.num_fields):
-            sizes += _value_bytes(array.field(index))
-        return sizes
-    width = getattr(kind, "byte_width", 0) or max(kind.bit_width // 8, 1)
-    return np.full(len(array), width, np.int64)
+    sizes = np.zeros(len(array), np.int64)  # a struct: its fields' bytes
+    for index in range(kind.num_fields):
+        sizes += _value_bytes(array.field(index))
+    return sizes
 
 
 def _lengths(array: pa.Array) -> np.ndarray:
-    return pc.fill_null(pc.binary_length(array), 0).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    """The length of each value of a string or binary array, read off its offsets (0 for a null)."""
+    large = pa.types.is_large_string(array.type) or pa.types.is_large_binary(array.type)
+    offsets = np.frombuffer(array.buffers()[1], np.int64 if large else np.int32)
+    lengths = np.diff(offsets[array.offset : array.offset + len(array) + 1]).astype(np.int64)
+    if array.null_count:
+        lengths[array.is_null().to_numpy(zero_copy_only=False)] = 0
+    return lengths
 
 
 class RowGroupCuts:

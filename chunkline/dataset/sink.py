@@ -23,6 +23,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
@@ -45,13 +46,14 @@ from chunkline.dataset.merge import (
     section_deletes,
     section_upserts,
     shard_of,
+    sorted_row_groups_and_sizes,
     sorted_unique,
-    sorted_unique_row_groups,
     with_listed_metadata,
 )
 from chunkline.dataset.process_hooks import NO_PROCESS_HOOKS, ProcessHooks
 from chunkline.dataset.publish import verify_part
 from chunkline.dataset.rebuild import RebuildPlan
+from chunkline.dataset.row_groups import row_bytes
 from chunkline.dataset.settings import RunConfig
 from chunkline.dataset.storage import (
     list_files,
@@ -181,15 +183,8 @@ class SpillRows(BundleStep):
             for table, array in arrays.items():
                 if table not in ROW_TABLES:
                     raise ValueError(f"row for unknown table {table!r}")
-                table_shards = shards[table]
-                if len(set(table_shards)) == 1:
-                    self._arrays[(table, table_shards[0])].append(array)
-                    continue
-                positions: dict[int, list[int]] = defaultdict(list)
-                for position, shard in enumerate(table_shards):
-                    positions[shard].append(position)
-                for shard, taken in positions.items():
-                    self._arrays[(table, shard)].append(array.take(pa.array(taken, pa.int64())))
+                for shard, rows_of_shard in _split_by_shard(array, shards[table]):
+                    self._arrays[(table, shard)].append(rows_of_shard)
             for (_, row), shard in zip(element, shards[""]):
                 size = row_size(row)
                 self._buffered_bytes += size
@@ -288,6 +283,25 @@ class SpillRows(BundleStep):
             self._spill_failure.append(error)
 
 
+def _split_by_shard(array: pa.StructArray, shards: list[int]) -> Iterator[tuple[int, pa.StructArray]]:
+    """``(shard, its rows of array)`` for each shard of ``shards`` (the shard of each row), the rows of a
+    shard in their order in ``array``. One ``take`` puts the rows in shard order and each shard's rows are a
+    slice of it: a take per shard costs about three times as much for a batch's rows over eight shards."""
+    if not shards:
+        return
+    first = shards[0]
+    if shards.count(first) == len(shards):
+        yield first, array
+        return
+    shard_of_row = np.asarray(shards, np.int64)
+    order = np.argsort(shard_of_row, kind="stable")
+    in_order = array.take(pa.array(order))
+    ordered_shards = shard_of_row[order]
+    starts = np.flatnonzero(np.diff(ordered_shards, prepend=-1))
+    for start, end in zip(starts.tolist(), [*starts[1:].tolist(), len(order)]):
+        yield int(ordered_shards[start]), in_order.slice(start, end - start)
+
+
 @dataclass
 class _ChunkCounts:
     """Per doc_id, a shard's chunk upserts, deletes and upserts to embed again (for ``changes/documents``)."""
@@ -321,7 +335,7 @@ class MergeShard(BundleStep):
 
     Memory: ``chunks`` (and with it ``changes/upserts``), then ``sections`` (and its changes), is merged one
     output row group at a time
-    (:func:`~chunkline.dataset.merge.sorted_unique_row_groups`, :class:`~chunkline.dataset.merge.PartWriter`):
+    (:func:`~chunkline.dataset.merge.sorted_row_groups_and_sizes`, :class:`~chunkline.dataset.merge.PartWriter`):
     the merge holds the shard's key columns, one spill file and about 1.2 row groups of chunk rows, where a
     row group ends at ``output.row_group_rows`` rows or ``output.row_group_bytes`` bytes of rows (16 MB),
     whichever comes first, so that a shard's size does not change what its merge holds. An incremental or
@@ -368,7 +382,7 @@ class MergeShard(BundleStep):
             hooks.between_merge_steps()
         with hooks.merging() if full_rebuild else contextlib.nullcontext():
             yield from self._merge_chunks(shard, previous_parts, carried_ids, counts)
-            yield from self._merge_rows(_SECTION_TABLES, shard, previous_parts, carried_ids, _ChunkCounts())
+            yield from self._merge_rows(_SECTION_TABLES, shard, previous_parts, carried_ids, None)
         previous_documents, documents = self._merge_table("documents", shard, previous_parts, carried_ids, plan)
         yield from self._write("documents", shard, documents)
         _, errors = self._merge_table("errors", shard, previous_parts, carried_ids, plan)
@@ -392,11 +406,11 @@ class MergeShard(BundleStep):
         shard: int,
         previous_parts: dict[str, list[str]],
         carried_ids: pa.Array,
-        counts: _ChunkCounts,
+        counts: _ChunkCounts | None,
     ) -> Iterator[str]:
         """Write the shard's parts of a table of rows with ids (``chunks``, ``sections``) and of its
         upserts and deletes, one row group at a time, and count each document's upserts, deletes and upserts
-        to embed again."""
+        to embed again in ``counts`` (``changes/documents`` counts chunks alone: None for sections)."""
         schema, key = self._schemas[tables.rows]
         upserts_schema = self._schemas[tables.upserts][0]
         previous = self._read_previous(tables.rows, shard, previous_parts)
@@ -414,8 +428,15 @@ class MergeShard(BundleStep):
         chunks_part = PartWriter(schema, row_group_rows, compression, row_group_bytes)
         upserts_part = PartWriter(upserts_schema, row_group_rows, compression, row_group_bytes)
         new_chunk_ids = []
+        # An upsert row is a row of the table with one more column: when a row group's rows are all upserts
+        # (a full rebuild's are), their bytes are the rows' and that column's.
+        added = [name for name in upserts_schema.names if name not in schema.names]
+        sizes_carry_over = all(
+            name in upserts_schema.names and upserts_schema.field(name).type == schema.field(name).type
+            for name in schema.names
+        )
         try:
-            for rows in sorted_unique_row_groups(
+            for rows, sizes in sorted_row_groups_and_sizes(
                 sources,
                 schema,
                 key,
@@ -423,20 +444,24 @@ class MergeShard(BundleStep):
                 row_group_bytes,
                 between_steps=self._settings.process_hooks.between_merge_steps,
             ):
-                chunks_part.write(rows)
+                chunks_part.write(rows, sizes)
                 new_chunks = not_carried(rows, carried_ids)
                 del rows
                 new_chunk_ids.append(new_chunks.column(tables.id_column))
                 upserts = tables.find_upserts(compared_with, new_chunks)
                 del new_chunks
                 upserts = upserts.select(upserts_schema.names).cast(upserts_schema)  # in the schema's order
-                counts.upserted.update(upserts.column("doc_id").to_pylist())
-                # The doc_ids alone: a filter of the whole table would copy the row group.
-                counts.reembedded.update(
-                    pc.filter(upserts.column("doc_id"), upserts.column("embedding_changed")).to_pylist()
-                )
-                upserts_part.write(upserts)
-                del upserts
+                if counts is not None:
+                    counts.upserted.update(upserts.column("doc_id").to_pylist())
+                    # The doc_ids alone: a filter of the whole table would copy the row group.
+                    counts.reembedded.update(
+                        pc.filter(upserts.column("doc_id"), upserts.column("embedding_changed")).to_pylist()
+                    )
+                if sizes_carry_over and upserts.num_rows == len(sizes):
+                    upserts_part.write(upserts, sizes + row_bytes(upserts.select(added)))
+                else:
+                    upserts_part.write(upserts)
+                del upserts, sizes
             carried = sources = None  # the carried rows are written: let them go
             chunks_part.end_rows()
             upserts_part.end_rows()
@@ -448,7 +473,8 @@ class MergeShard(BundleStep):
         ids = pa.chunked_array([ids for column in new_chunk_ids for ids in column.chunks], pa.string())
         deletes = tables.find_deletes(old_chunks, ids)
         del old_chunks, compared_with
-        counts.deleted.update(deletes.column("doc_id").to_pylist())
+        if counts is not None:
+            counts.deleted.update(deletes.column("doc_id").to_pylist())
         yield from self._write(tables.deletes, shard, deletes)
 
     def _merge_table(

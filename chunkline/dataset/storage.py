@@ -29,7 +29,10 @@ __all__ = [
     "scrub_secrets",
     "storage_call",
     "is_transient_storage_error",
+    "PART_ENCODING",
+    "PLAIN_ENCODED_TABLES",
     "parquet_bytes",
+    "parquet_writer_options",
     "read_file_bytes",
     "storage_url",
     "with_storage_retries",
@@ -351,6 +354,26 @@ def read_parquet_bytes(data: bytes, schema: pa.Schema, columns: list[str] | None
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
+#: The tables whose parts are written without dictionary encoding: one row per chunk or section, where nearly
+#: every value of the ids, hashes, texts and offsets is its row's own, so a dictionary is built for nothing
+#: and then given up (or kept, as large as the values). Without one their parts take less time to write and
+#: are a little smaller; the other tables (a row per document, or a few columns) keep the writer's default.
+PLAIN_ENCODED_TABLES = frozenset({"chunks", "changes/upserts", "sections", "changes/section_upserts"})
+
+#: Which writer settings made the part files (beside the compression and row groups): a part written with
+#: other ones holds the same rows in other bytes, so a run does not carry rows over from it (see
+#: :func:`chunkline.dataset.rebuild.rebuild_fingerprint`).
+PART_ENCODING = "plain-row-tables-1"
+
+
+def parquet_writer_options(schema: pa.Schema) -> dict[str, Any]:
+    """The Parquet writer's settings for a part of the table of ``schema`` (named by its ``chunkline.table``
+    metadata), beside the compression and row groups: the same for a part written whole
+    (:func:`parquet_bytes`) or one row group at a time (:class:`~chunkline.dataset.merge.PartWriter`)."""
+    table = (schema.metadata or {}).get(b"chunkline.table", b"").decode()
+    return {"use_dictionary": table not in PLAIN_ENCODED_TABLES, "write_statistics": True, "store_schema": True}
+
+
 def parquet_bytes(table: pa.Table, row_group_rows: int, compression: str, row_group_bytes: int | None = None) -> bytes:
     """The Parquet encoding of ``table`` (deterministic for the same rows and library versions), in row groups
     of ``row_group_rows`` rows ended at ``row_group_bytes`` bytes of rows (see
@@ -364,16 +387,11 @@ def parquet_bytes(table: pa.Table, row_group_rows: int, compression: str, row_gr
     if all(end == min((index + 1) * row_group_rows, table.num_rows) for index, end in enumerate(ends)):
         # Row groups of row_group_rows rows: the table is written at once.
         pq.write_table(
-            table,
-            sink,
-            row_group_size=row_group_rows,
-            compression=compression,
-            write_statistics=True,
-            store_schema=True,
+            table, sink, row_group_size=row_group_rows, compression=compression, **parquet_writer_options(table.schema)
         )
         return sink.getvalue()
     with pq.ParquetWriter(
-        sink, table.schema, compression=compression, write_statistics=True, store_schema=True
+        sink, table.schema, compression=compression, **parquet_writer_options(table.schema)
     ) as writer:
         for start, end in zip([0, *ends], ends):
             writer.write_table(table.slice(start, end - start).combine_chunks(), row_group_size=end - start)

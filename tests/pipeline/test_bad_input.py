@@ -85,7 +85,7 @@ def bad(tmp_path_factory):
     assert len(bad_files["exports/huge.md"]) > MAX_FILE_BYTES > max(len(data) for data in CORPUS.values())
 
     original_match = inputs_module.match_input
-    original_chunk = document_rows_module.chunk_document_with_sections
+    original_chunk = document_rows_module.chunk_document_with_section_rows
 
     def match_then_delete(url, input_index, config):
         matched = list(original_match(url, input_index, config))
@@ -100,7 +100,7 @@ def bad(tmp_path_factory):
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(inputs_module, "match_input", match_then_delete)
-        patch.setattr(document_rows_module, "chunk_document_with_sections", failing_strategy)
+        patch.setattr(document_rows_module, "chunk_document_with_section_rows", failing_strategy)
         strict_summary = run([root], base / "strict", f"input.max_file_bytes={MAX_FILE_BYTES}")
 
     replace_summary = run(

@@ -42,13 +42,13 @@ FAQ = b"# FAQ\n\n## Why is the tide late?\n\nThe gauge reports every minute; the
 def chunked_documents(monkeypatch) -> list[str]:
     """doc_ids of the documents that went through the chunker (in this process)."""
     seen: list[str] = []
-    original = document_rows_module.chunk_document_with_sections
+    original = document_rows_module.chunk_document_with_section_rows
 
     def counting(document, config, *args, **kwargs):
         seen.append(kwargs.get("doc_id", ""))
         return original(document, config, *args, **kwargs)
 
-    monkeypatch.setattr(document_rows_module, "chunk_document_with_sections", counting)
+    monkeypatch.setattr(document_rows_module, "chunk_document_with_section_rows", counting)
     return seen
 
 
