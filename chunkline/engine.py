@@ -108,20 +108,10 @@ def chunk_document_with_sections(
 ) -> ChunkedDocument:
     """:func:`chunk_document`'s chunks and the document's sections (see
     :func:`chunk_markdown_with_sections`), for an already parsed document."""
-    chunks, sections, embedding = _chunked(
+    chunks, rows = chunk_document_with_section_rows(
         document, config, counter, doc_id=doc_id, source_uri=source_uri, replaced_bytes=replaced_bytes, offsets=offsets
     )
-    records = build_sections(
-        document,
-        sections,
-        chunks,
-        counter,
-        doc_id=doc_id,
-        source_uri=source_uri,
-        replaced_bytes=replaced_bytes,
-        embedding=embedding,
-    )
-    return ChunkedDocument(chunks, records)
+    return ChunkedDocument(chunks, _section_records(document.text, rows))
 
 
 def chunk_document_with_section_rows(
@@ -451,7 +441,6 @@ def build_sections(
     ``text``): its root, then one per heading subtree, from ``sections`` (the engine's sections the
     ``chunks`` were placed in: each chunk's ``section_index`` is an index into them). See
     :func:`section_rows`."""
-    text = document.text
     rows = section_rows(
         document,
         sections,
@@ -462,7 +451,12 @@ def build_sections(
         replaced_bytes=replaced_bytes,
         embedding=embedding,
     )
-    # Fields before text, heading_path as the record's tuple, text, then the rest (SECTION_ROW_FIELDS).
+    return _section_records(document.text, rows)
+
+
+def _section_records(text: str, rows: Sequence[tuple]) -> tuple[SectionRecord, ...]:
+    """The :class:`SectionRecord` of each of :func:`section_rows`' rows: the fields before the text,
+    ``heading_path`` as the record's tuple, the section's text, then the rest (``SECTION_ROW_FIELDS``)."""
     return tuple(SectionRecord(*row[:8], tuple(row[8]), text[row[9] : row[10]], *row[9:]) for row in rows)
 
 

@@ -473,8 +473,8 @@ def test_the_sinks_merge_of_a_retried_spill_writes_the_whole_table_merges_parts(
         assert expected.num_rows == len({row["chunk_id"] for row in rows})
 
 
-_MAPPED_AFTER_A_LARGER_FREE = """
-import ctypes
+_MALLOC_FROM_PYTHON = """
+import ctypes, sys
 from chunkline.pipelines.process_tuning import map_large_allocations
 
 class MallocInfo(ctypes.Structure):
@@ -485,13 +485,19 @@ libc = ctypes.CDLL(None)
 libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
 libc.free.argtypes = [ctypes.c_void_p]
 libc.mallinfo2.restype = MallocInfo
-assert map_large_allocations() is True
+"""
+"""The start of a script that calls glibc's malloc, free and mallinfo2 itself (``libc``)."""
+
+_MAPPED_AFTER_A_LARGER_FREE = (
+    _MALLOC_FROM_PYTHON
+    + """assert map_large_allocations() is True
 libc.free(libc.malloc(24 << 20))
 mapped = libc.mallinfo2().hblkhd
 block = libc.malloc(8 << 20)
 print(libc.mallinfo2().hblkhd - mapped)
 libc.free(block)
 """
+)
 
 
 @pytest.mark.slow
@@ -513,19 +519,9 @@ def test_large_allocations_are_mapped_on_their_own_even_after_a_larger_one_was_f
     assert mapped_for_8_mb >= 8 << 20
 
 
-_KEPT_AFTER_A_BATCH_IS_FREED = """
-import ctypes, sys
-from chunkline.pipelines.process_tuning import map_large_allocations
-
-class MallocInfo(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_size_t) for name in
-                "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()]
-
-libc = ctypes.CDLL(None)
-libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
-libc.free.argtypes = [ctypes.c_void_p]
-libc.mallinfo2.restype = MallocInfo
-if sys.argv[1] == "tuned":
+_KEPT_AFTER_A_BATCH_IS_FREED = (
+    _MALLOC_FROM_PYTHON
+    + """if sys.argv[1] == "tuned":
     assert map_large_allocations() is True
 else:  # the mapping threshold fixed alone, which leaves the trim threshold at glibc's 128 KB
     libc.mallopt(-3, 4 << 20)
@@ -534,6 +530,7 @@ for block in reversed(blocks):
     libc.free(block)
 print(libc.mallinfo2().keepcost)
 """
+)
 
 
 @pytest.mark.slow
