@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from fsspec.core import url_to_fs
 
-from chunkline.dataset.layout import MANIFEST_NAME, SPILL_FOLDER, join_path, snapshot_url, staging_url
+from chunkline.dataset.layout import MANIFEST_NAME, join_path, snapshot_url
 from chunkline.dataset.publish import read_manifest
 from chunkline.dataset.rebuild import PublishRefusedError, RebuildPlan, rebuild_fingerprint
 from chunkline.dataset.settings import RunConfig
@@ -71,27 +71,23 @@ def published_snapshot_strict(config: RunConfig) -> str | None:
 
 
 def refuse_written_run(config: RunConfig, run_id: str) -> None:
-    """Raise :class:`PublishRefusedError` when run ``run_id`` has written to the output already: its snapshot
-    folder exists (published or not) or its staging area holds spill files. A snapshot folder, once
-    written, never changes: a pipeline that runs a second time with the run id it was built with would
-    write into it, so it stops before its first write instead."""
+    """Raise :class:`PublishRefusedError` when run ``run_id`` has written its snapshot folder already
+    (published or not): a snapshot folder, once written, never changes, so a pipeline that runs a second time
+    with the run id it was built with stops before its first write instead.
+
+    Only the snapshot folder counts, not the run's spill files in its staging area: a runner may evaluate
+    this check once per partition of the rows it gates (Beam's DaskRunner computes a side input inside every
+    task), and a partition that starts after another has spilled must not take that spill for an earlier
+    run's. The snapshot folder is written by the merge, after every partition has passed the check."""
     output_url = config.output.url or ""
     secret_values = tuple(config.secrets())
     fs, snapshot_root = url_to_fs(snapshot_url(output_url, run_id), **config.output.storage_options)
-    _, staging_root = url_to_fs(staging_url(output_url, run_id), **config.output.storage_options)
-    written = [
-        url
-        for url, path in (
-            (snapshot_url(output_url, run_id), snapshot_root.rstrip("/")),
-            (
-                join_path(staging_url(output_url, run_id), SPILL_FOLDER),
-                join_path(staging_root.rstrip("/"), SPILL_FOLDER),
-            ),
-        )
-        if with_storage_retries(
-            lambda path=path: fs.exists(path), storage_url(fs, path), "look up", secrets=secret_values
-        )
-    ]
+    path = snapshot_root.rstrip("/")
+    written = (
+        [snapshot_url(output_url, run_id)]
+        if with_storage_retries(lambda: fs.exists(path), storage_url(fs, path), "look up", secrets=secret_values)
+        else []
+    )
     if written:
         raise PublishRefusedError(
             scrub_secrets(
