@@ -3,7 +3,8 @@ WriteChunkDataset`` in a pipeline of one's own refuses every case ``chunkline ru
 error naming the input, and leaves the output byte for byte as it was.
 
 And one transform writes one snapshot: running the same pipeline a second time fails before it writes
-anything, so a published snapshot folder never changes.
+anything, so a published snapshot folder never changes. A second run after a first that failed before its
+merge publishes what a fresh run of the inputs publishes: the first run's spilled rows are not its own.
 """
 
 from __future__ import annotations
@@ -20,13 +21,25 @@ import pytest
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from fsspec.implementations.memory import MemoryFileSystem
 
+import chunkline.dataset.sink as sink_module
 from chunkline.dataset.publish import read_dataset, verify_output, verify_snapshot
 from chunkline.dataset.rebuild import PublishRefusedError
 from chunkline.dataset.settings import InputConfig, load_run_config
 from chunkline.pipelines.cli import main
 from chunkline.transforms import ChunkMarkdown, ReadMarkdown, WriteChunkDataset
 
-from .conftest import CORPUS, all_file_digests, manifest, rows, run, table_digests, write_corpus, write_files
+from .conftest import (
+    CORPUS,
+    all_file_digests,
+    documents,
+    manifest,
+    rows,
+    rows_by_doc,
+    run,
+    table_digests,
+    write_corpus,
+    write_files,
+)
 from .test_publish_guard import deny_listing, write_files_to_memory
 
 pytestmark = pytest.mark.timeout(300)
@@ -267,6 +280,56 @@ def test_a_second_run_of_one_pipeline_fails_before_writing_and_a_rebuilt_pipelin
     tables = ("chunks", "documents", "errors")
     assert table_digests(output, tables) == table_digests(fresh, tables)
     assert read_dataset(str(output), "chunks").to_pylist() == read_dataset(str(fresh), "chunks").to_pylist()
+
+
+def shorten_tuning(corpus: Path) -> None:
+    """A document of several chunks rewritten into one: the chunks past its first are gone from its rows."""
+    (corpus / "guide" / "advanced" / "tuning.md").write_bytes(b"# Tuning the collector\n\nThe defaults suit most ports.\n")
+
+
+def delete_tuning(corpus: Path) -> None:
+    (corpus / "guide" / "advanced" / "tuning.md").unlink()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("change", [shorten_tuning, delete_tuning], ids=["edited", "deleted"])
+def test_a_second_run_after_a_run_that_failed_before_its_merge_publishes_what_a_fresh_run_publishes(
+    tmp_path, monkeypatch, change
+):
+    corpus = write_corpus(tmp_path / "corpus")
+    output = tmp_path / "out"
+    run([corpus], output, *OVERRIDES)
+    config = load_run_config(None, list(OVERRIDES), environ={}, inputs=[str(corpus)], output=str(output))
+    pipeline, write = build(config)
+    tuning = "guide/advanced/tuning.md"
+    assert len(rows_by_doc(output, "chunks")[tuning]) > 1
+    before = all_file_digests(output)
+
+    # The first run spills every document's rows, then its merge fails.
+    def merge_fails(self, element, spills_done=()):
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(sink_module.MergeShard, "process", merge_fails)
+        with pytest.raises(Exception, match="No space left on device"):
+            pipeline.run().wait_until_finish()
+    assert all_file_digests(output).keys() - before.keys(), "the failed run spilled nothing"
+    assert {name: digest for name, digest in all_file_digests(output).items() if name in before} == before
+    assert not (output / "snapshots" / write.run_id).exists()
+
+    # The same pipeline runs again over the changed input: its dataset is a fresh run's, with no row read by
+    # the failed run.
+    change(corpus)
+    pipeline.run().wait_until_finish()
+    assert manifest(output)["snapshot"] == write.run_id
+    fresh = tmp_path / "fresh"
+    run([corpus], fresh, *OVERRIDES)
+    tables = ("chunks", "documents", "errors", "sections")
+    assert table_digests(output, tables) == table_digests(fresh, tables)
+    assert read_dataset(str(output), "chunks").to_pylist() == read_dataset(str(fresh), "chunks").to_pylist()
+    assert set(documents(output)) == set(documents(fresh))
+    assert_every_kept_snapshot_verifies(output)
+    assert not (output / "_staging").exists()
 
 
 def test_read_markdown_refuses_a_missing_url_in_a_pcollection_of_urls(tmp_path):
