@@ -458,9 +458,10 @@ def test_the_sinks_merge_of_a_retried_spill_writes_the_whole_table_merges_parts(
         [("chunks", chunk_row(f"guide/{name}.md", index, f"{name} paragraph {index} " * 20)) for index in range(count)]
         for name, count in [("install", 4), ("faq", 7), ("tides", 1), ("gauges", 5), ("alerts", 3)]
     ]
+    spill_ids = []
     for _ in range(2):  # the bundle ran twice: every row is spilled twice
-        list(run_bundle(SpillRows(settings), documents))
-    written = list(run_bundle(MergeShard(settings), range(settings.shards)))
+        spill_ids += run_bundle(SpillRows(settings), documents)
+    written = list(run_bundle(MergeShard(settings), range(settings.shards), spills_done=spill_ids))
     assert written
     for shard in range(settings.shards):
         rows = [row for document in documents for _, row in document if shard_of(row["doc_id"], 2) == shard]
@@ -594,8 +595,8 @@ def test_a_merge_calls_the_process_hooks_it_is_given_and_writes_the_same_parts(t
             row_group_bytes=None,
             process_hooks=process_hooks,
         )
-        list(run_bundle(SpillRows(settings), documents))
-        written = list(run_bundle(MergeShard(settings), [0]))
+        spill_ids = list(run_bundle(SpillRows(settings), documents))
+        written = list(run_bundle(MergeShard(settings), [0], spills_done=spill_ids))
         parts[label] = {Path(path).parent.name: Path(path).read_bytes() for path in written}
     assert parts["hooked"] == parts["default"]
     assert hooks.calls[:3] == ["worker_setup", "between_merge_steps", "merging"]

@@ -28,8 +28,11 @@ are removed by the next run that publishes.
 One transform, one snapshot: the run id is decided when the transform is built (the staging area, an
 incremental plan's files and the snapshot its ``changes/`` compare with all hang on it), and a snapshot
 folder never changes once written. Running the same pipeline a second time therefore fails with
-:class:`~chunkline.dataset.rebuild.PublishRefusedError` before its first write (the check is a side input of
-the step that feeds the spill); build the pipeline again to write a new snapshot.
+:class:`~chunkline.dataset.rebuild.PublishRefusedError` before its first write once the first run has written
+its snapshot folder (the check is a side input of the step that feeds the spill); build the pipeline again to
+write a new snapshot. A first run that failed before its merge wrote no snapshot folder: the second runs, and
+its merge reads only the spill files its own spill step named, so it publishes what a fresh run of the
+inputs would, not a row of the failed run.
 
 ``chunkline run`` builds its pipeline from the same transform with ``publish=False``: its driver holds the
 output's lock from before planning to after publishing, and publishes once the pipeline succeeded.
@@ -252,7 +255,8 @@ class WriteChunkDataset(beam.PTransform):
     written into the run's staging area when the transform is applied. Without one the run is a full rebuild,
     its ``changes/`` against the snapshot published when the transform was built. ``run_id`` names the
     snapshot (a new one by default); a pipeline holding the transform runs once: a second ``run()`` fails
-    before writing anything (build the pipeline again for a new snapshot). ``process_hooks`` is for a program
+    before writing anything once the first has written the snapshot folder (build the pipeline again for a
+    new snapshot); after a first ``run()`` that failed before its merge, it publishes as a fresh run would. ``process_hooks`` is for a program
     that owns its process (:mod:`chunkline.dataset.process_hooks`); by default the steps leave it alone."""
 
     takes_chunk_markdown_result = True

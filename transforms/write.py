@@ -3,11 +3,13 @@
 Rows go to a shard picked by a hash of their ``doc_id``. Each worker buffers the rows of a bundle per
 (table, shard) and spills them, whenever the buffer grows past ``spill_bytes`` and at the end of the bundle,
 to an Arrow IPC file in the shard's folder under the run's staging prefix, so no runner ever holds the
-corpus's rows in memory or in a shuffle. Once every spill is written (the spill step is a side input of the
-merge, which makes it wait), one merge per shard lists the shard's spill files, drops the duplicates a
-retried bundle may have left, adds the rows carried over from the previous snapshot, sorts the rows by the
-table's key (``doc_id``, ``chunk_index`` for chunks) and writes one zstd Parquet file per table whose name
-carries a hash of its bytes: ``part-00003-1f2e3d4c5b6a7980.parquet``. The same rows always give the same
+corpus's rows in memory or in a shuffle. The spill step outputs the id of each buffer it spills, which names
+the buffer's files. Once every spill is written (the spill step's outputs are a side input of the merge,
+which makes it wait), one merge per shard reads the shard's spill files those ids name (a file of a bundle
+that failed, or of an earlier run of the same pipeline that failed before its merge, is not read), drops the
+duplicates a runner may have spilled twice, adds the rows carried over from the previous snapshot, sorts
+the rows by the table's key (``doc_id``, ``chunk_index`` for chunks) and writes one zstd Parquet file per
+table whose name carries a hash of its bytes: ``part-00003-1f2e3d4c5b6a7980.parquet``. The same rows always give the same
 bytes and the same name, whatever the runner, the bundling or the number of workers.
 
 The merge of a shard's chunks is bounded (see :mod:`chunkline.dataset.merge`): it sorts the key columns

@@ -142,6 +142,13 @@ def row_size(row: dict[str, Any]) -> int:
 class SpillRows(BundleStep):
     """Buffers rows per (table, shard) and spills them to Arrow IPC files in the staging area.
 
+    Its outputs are the ids of its spills: each buffer of rows gets one when its first element comes in,
+    output then (not from ``finish_bundle``, whose outputs a runner may drop), and names every file the
+    buffer is spilled to (``<spill id>.arrow``). The merge reads the spills the step output in this run
+    (:class:`MergeShard`), never a spill file it did not: a bundle that failed, or an earlier run of the same
+    pipeline that failed before its merge, may have left files in the same folders, and their rows may come
+    from documents that have changed since or are gone.
+
     A document the chunker converted to Arrow already (:class:`~chunkline.dataset.document_rows.ConvertedRows`)
     is buffered as its arrays, which a spill concatenates; other rows (a document in error, or rows a
     pipeline step of its own made) are converted when they are spilled."""
@@ -160,6 +167,8 @@ class SpillRows(BundleStep):
         self._row_types = {table: pa.struct(list(schema)) for table, (schema, _) in self._schemas.items()}
 
     def start_bundle(self) -> None:
+        self._spill_id: str | None = None
+        """The id of the buffered rows' spill (None while nothing is buffered)."""
         self._rows: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
         self._arrays: dict[tuple[str, int], list[pa.StructArray]] = defaultdict(list)
         self._buffered_bytes = 0
@@ -168,7 +177,10 @@ class SpillRows(BundleStep):
         self.shard_bytes: Counter = Counter()
         """Shard -> about how many bytes of rows were spilled for it in this bundle (see :func:`row_size`)."""
 
-    def process(self, element: list[tuple[str, dict[str, Any]]]) -> Iterator[int]:
+    def process(self, element: list[tuple[str, dict[str, Any]]]) -> Iterator[str]:
+        if self._spill_id is None:
+            self._spill_id = uuid.uuid4().hex
+            yield self._spill_id
         arrays = getattr(element, "arrays", None)
         shards = self._row_shards(element) if arrays is not None else None
         if shards is None:
@@ -190,7 +202,7 @@ class SpillRows(BundleStep):
                 self._buffered_bytes += size
                 self.shard_bytes[shard] += size
         if self._buffered_bytes >= self._settings.spill_bytes:
-            yield self._spill()
+            self._spill()
 
     def _row_shards(self, element: Any) -> dict[str, list[int]] | None:
         """The shard of each row of converted rows (one document's or a batch's), per table in the order of
@@ -224,10 +236,11 @@ class SpillRows(BundleStep):
             logger.error("chunkline: a spill failed too: %s", message)
         self._spill_failure = []
 
-    def _spill(self, last: bool = False) -> int:
-        """Write the buffered rows, one file per (table, shard); returns the number of files written (or
-        being written, on the spill's thread)."""
-        rows, arrays = self._rows, self._arrays
+    def _spill(self, last: bool = False) -> None:
+        """Write the buffered rows, one file per (table, shard) named by the buffer's spill id (on the
+        spill's thread, when in the background)."""
+        rows, arrays, spill_id = self._rows, self._arrays, self._spill_id
+        self._spill_id = None
         self._rows = defaultdict(list)
         self._arrays = defaultdict(list)
         self._buffered_bytes = 0
@@ -236,12 +249,14 @@ class SpillRows(BundleStep):
             self._wait_for_spill()
             if not last:
                 self._in_flight = threading.Thread(
-                    target=self._write_spill_files, args=(files, rows, arrays), name="chunkline-spill", daemon=True
+                    target=self._write_spill_files,
+                    args=(spill_id, files, rows, arrays),
+                    name="chunkline-spill",
+                    daemon=True,
                 )
                 self._in_flight.start()
-                return len(files)
-        self._write_spill_files(files, rows, arrays, raise_errors=True)
-        return len(files)
+                return
+        self._write_spill_files(spill_id, files, rows, arrays, raise_errors=True)
 
     def _wait_for_spill(self) -> None:
         """Wait for the spill in flight, raising its error."""
@@ -253,6 +268,7 @@ class SpillRows(BundleStep):
 
     def _write_spill_files(
         self,
+        spill_id: str | None,
         files: list[tuple[str, int]],
         rows: dict[tuple[str, int], list[dict[str, Any]]],
         arrays: dict[tuple[str, int], list[pa.StructArray]],
@@ -271,7 +287,7 @@ class SpillRows(BundleStep):
                 del pieces
                 table = pa.Table.from_arrays(rows_array.flatten(), schema=schema)
                 del rows_array
-                path = f"{self._spill_root}/{table_name}/{shard:05d}/{uuid.uuid4().hex}.arrow"
+                path = f"{self._spill_root}/{table_name}/{shard:05d}/{spill_id}.arrow"
                 sink = pa.BufferOutputStream()
                 with ipc.new_file(sink, schema) as writer:
                     writer.write_table(table)
@@ -356,6 +372,8 @@ class MergeShard(BundleStep):
         previous = self._settings.previous
         self._previous_root = url_to_fs(previous.root_url, **options)[1].rstrip("/") if previous else ""
         self._schemas = self._settings.schemas
+        self._spill_ids: frozenset[str] = frozenset()
+        """The spills of this run the shard being merged reads (see :meth:`process`)."""
         self._columns_changed = False
         """Whether the table :meth:`_read_previous` read last had other columns than this run writes."""
 
@@ -363,7 +381,10 @@ class MergeShard(BundleStep):
         """Called with the ``documents`` rows the merge carries over (the Beam step counts them in the
         pipeline's metrics); nothing to do here."""
 
-    def process(self, shard: int, spills_done: Iterable[int] = ()) -> Iterator[str]:
+    def process(self, shard: int, spills_done: Iterable[str] = ()) -> Iterator[str]:
+        """Merge ``shard`` from the spills named by ``spills_done`` (the spill step's outputs in this run:
+        see :class:`SpillRows`) and what the previous snapshot carries over; outputs the part files' paths."""
+        self._spill_ids = frozenset(spills_done)
         plan = self._plan(shard)
         previous_parts = self._previous_parts(shard)
         if plan is not None and plan.rows_untouched:
@@ -541,8 +562,14 @@ class MergeShard(BundleStep):
         return data
 
     def _spill_paths(self, table_name: str, shard: int) -> list[str]:
+        """The shard's spill files of this run: those named by a spill id the spill step output (any other
+        file in the folder was left by a bundle that failed or an earlier run that did)."""
         folder = f"{self._staging_root}/{SPILL_FOLDER}/{table_name}/{shard:05d}"
-        return sorted(list_files(self._fs, folder, self._settings.secrets))
+        return sorted(
+            path
+            for path in list_files(self._fs, folder, self._settings.secrets)
+            if posixpath.basename(path).removesuffix(".arrow") in self._spill_ids
+        )
 
     def _read_spill(self, path: str) -> pa.Table:
         data = read_file_bytes(self._fs, path, secrets=self._settings.secrets)
@@ -685,9 +712,9 @@ def _previous_chunk_bytes(settings: WriteSettings) -> Counter:
     return sizes
 
 
-def merge_shards(settings: WriteSettings, spills_done: list[int], threads: int) -> list[str]:
-    """Merge every shard, ``threads`` at once, each thread with its own :class:`MergeShard` taking the next
-    shard not yet merged; returns the part files' paths in shard order (the parts themselves are the same
+def merge_shards(settings: WriteSettings, spills_done: list[str], threads: int) -> list[str]:
+    """Merge every shard from the spills ``spills_done`` names (the ids :class:`SpillRows` output),
+    ``threads`` at once, each thread with its own :class:`MergeShard` taking the next shard not yet merged; returns the part files' paths in shard order (the parts themselves are the same
     whichever thread merged them).
 
     When a shard's merge fails, no thread starts another shard, and the first error is raised once every

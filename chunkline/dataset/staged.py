@@ -78,7 +78,10 @@ def refuse_written_run(config: RunConfig, run_id: str) -> None:
     Only the snapshot folder counts, not the run's spill files in its staging area: a runner may evaluate
     this check once per partition of the rows it gates (Beam's DaskRunner computes a side input inside every
     task), and a partition that starts after another has spilled must not take that spill for an earlier
-    run's. The snapshot folder is written by the merge, after every partition has passed the check."""
+    run's. The snapshot folder is written by the merge, after every partition has passed the check. The
+    spill files of an earlier run that failed before its merge stay where they are, and are not read: the
+    merge reads only the spills named by its own run's spill step
+    (:class:`~chunkline.dataset.sink.SpillRows`)."""
     output_url = config.output.url or ""
     secret_values = tuple(config.secrets())
     fs, snapshot_root = url_to_fs(snapshot_url(output_url, run_id), **config.output.storage_options)

@@ -9,15 +9,17 @@ merge publishes what a fresh run of the inputs publishes: the first run's spille
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import apache_beam as beam
 import pyarrow.parquet as pq
 import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from fsspec.implementations.memory import MemoryFileSystem
 
@@ -284,23 +286,63 @@ def test_a_second_run_of_one_pipeline_fails_before_writing_and_a_rebuilt_pipelin
 
 def shorten_tuning(corpus: Path) -> None:
     """A document of several chunks rewritten into one: the chunks past its first are gone from its rows."""
-    (corpus / "guide" / "advanced" / "tuning.md").write_bytes(b"# Tuning the collector\n\nThe defaults suit most ports.\n")
+    (corpus / "guide" / "advanced" / "tuning.md").write_bytes(
+        b"# Tuning the collector\n\nThe defaults suit most ports.\n"
+    )
 
 
 def delete_tuning(corpus: Path) -> None:
     (corpus / "guide" / "advanced" / "tuning.md").unlink()
 
 
+@contextlib.contextmanager
+def on_fn_api_runner() -> Iterator[beam.Pipeline]:
+    yield beam.Pipeline(runner=FnApiRunner())
+
+
+@contextlib.contextmanager
+def on_dask_runner() -> Iterator[beam.Pipeline]:
+    """Beam's DaskRunner over a cluster of two single-thread workers in this process (so that a fault the
+    test injects reaches them); it computes a side input in every task that reads it."""
+    from dask.distributed import LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster:
+        runner = "--runner=apache_beam.runners.dask.dask_runner.DaskRunner"
+        yield beam.Pipeline(options=PipelineOptions([runner, f"--dask_client_address={cluster.scheduler_address}"]))
+
+
 @pytest.mark.slow
+@pytest.mark.parametrize("runner", [on_fn_api_runner, on_dask_runner], ids=["fn_api", "dask"])
 @pytest.mark.parametrize("change", [shorten_tuning, delete_tuning], ids=["edited", "deleted"])
 def test_a_second_run_after_a_run_that_failed_before_its_merge_publishes_what_a_fresh_run_publishes(
-    tmp_path, monkeypatch, change
+    tmp_path, monkeypatch, change, runner
 ):
     corpus = write_corpus(tmp_path / "corpus")
     output = tmp_path / "out"
     run([corpus], output, *OVERRIDES)
     config = load_run_config(None, list(OVERRIDES), environ={}, inputs=[str(corpus)], output=str(output))
-    pipeline, write = build(config)
+    with runner() as pipeline:
+        write = WriteChunkDataset(config)
+        _ = pipeline | ReadMarkdown(config) | ChunkMarkdown(config) | write
+        run_twice_with_a_failed_merge_first(pipeline, write, corpus, output, monkeypatch, change)
+    fresh = tmp_path / "fresh"
+    run([corpus], fresh, *OVERRIDES)
+    tables = ("chunks", "documents", "errors", "sections")
+    assert table_digests(output, tables) == table_digests(fresh, tables)
+    assert read_dataset(str(output), "chunks").to_pylist() == read_dataset(str(fresh), "chunks").to_pylist()
+    assert set(documents(output)) == set(documents(fresh))
+    assert_every_kept_snapshot_verifies(output)
+    assert not (output / "_staging").exists()
+
+
+def run_twice_with_a_failed_merge_first(
+    pipeline: beam.Pipeline,
+    write: WriteChunkDataset,
+    corpus: Path,
+    output: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    change: Callable[[Path], None],
+) -> None:
     tuning = "guide/advanced/tuning.md"
     assert len(rows_by_doc(output, "chunks")[tuning]) > 1
     before = all_file_digests(output)
@@ -312,24 +354,26 @@ def test_a_second_run_after_a_run_that_failed_before_its_merge_publishes_what_a_
     with monkeypatch.context() as patch:
         patch.setattr(sink_module.MergeShard, "process", merge_fails)
         with pytest.raises(Exception, match="No space left on device"):
-            pipeline.run().wait_until_finish()
+            run_to_the_end(pipeline)
     assert all_file_digests(output).keys() - before.keys(), "the failed run spilled nothing"
     assert {name: digest for name, digest in all_file_digests(output).items() if name in before} == before
     assert not (output / "snapshots" / write.run_id).exists()
 
-    # The same pipeline runs again over the changed input: its dataset is a fresh run's, with no row read by
-    # the failed run.
+    # The same pipeline runs again over the changed input: its dataset must be a fresh run's, with no row
+    # read by the failed run.
     change(corpus)
-    pipeline.run().wait_until_finish()
+    run_to_the_end(pipeline)
     assert manifest(output)["snapshot"] == write.run_id
-    fresh = tmp_path / "fresh"
-    run([corpus], fresh, *OVERRIDES)
-    tables = ("chunks", "documents", "errors", "sections")
-    assert table_digests(output, tables) == table_digests(fresh, tables)
-    assert read_dataset(str(output), "chunks").to_pylist() == read_dataset(str(fresh), "chunks").to_pylist()
-    assert set(documents(output)) == set(documents(fresh))
-    assert_every_kept_snapshot_verifies(output)
-    assert not (output / "_staging").exists()
+
+
+def run_to_the_end(pipeline: beam.Pipeline) -> None:
+    result = pipeline.run()
+    try:
+        result.wait_until_finish()
+    finally:
+        client = getattr(result, "client", None)  # the DaskRunner's, closed before its cluster is
+        if client is not None:
+            client.close()
 
 
 def test_read_markdown_refuses_a_missing_url_in_a_pcollection_of_urls(tmp_path):

@@ -415,34 +415,42 @@ def test_which_storage_errors_are_transient(error, transient):
 
 def _document_elements() -> list[list[tuple[str, dict]]]:
     """The corpus as the ChunkDocuments step emits it: one list of (table, row) pairs per document."""
+    return _document_elements_of(CORPUS)
+
+
+def _document_elements_of(files: dict[str, bytes]) -> list[list[tuple[str, dict]]]:
     chunker = chunk_module._ChunkDocumentsFn(chunk_module.ChunkConfig(), "strict", ())
     chunker.setup()
     elements = []
-    for doc_id, data in sorted(CORPUS.items()):
+    for doc_id, data in sorted(files.items()):
         source = SourceFile(doc_id, f"file:///corpus/{doc_id}", 0, f"/corpus/{doc_id}", len(data), None, data=data)
         elements.extend(chunker.process(source))
     return elements
 
 
-def _spill(settings: WriteSettings, bundles: list[tuple[list, bool]]) -> None:
-    """Run the spill DoFn over bundles of elements; a bundle with ``False`` dies before finish_bundle."""
+def _spill(settings: WriteSettings, bundles: list[tuple[list, bool]]) -> list[str]:
+    """Run the spill DoFn over bundles of elements; a bundle with ``False`` dies before finish_bundle.
+    Returns the spill ids every bundle output, the dead ones' too (a runner drops those; handed them, the
+    merge still keeps each row once)."""
     spiller = write_module._SpillRowsFn(settings)
     spiller.setup()
+    spill_ids = []
     for elements, finishes in bundles:
         spiller.start_bundle()
         for element in elements:
-            list(spiller.process(element))
+            spill_ids += spiller.process(element)
         if finishes:
             spiller.finish_bundle()
+    return spill_ids
 
 
-def _merge(settings: WriteSettings) -> dict[str, bytes]:
+def _merge(settings: WriteSettings, spill_ids: list[str]) -> dict[str, bytes]:
     """Merge every shard: part name ("chunks/part-...") -> bytes, for the tables of rows."""
     merger = write_module._MergeShardFn(settings)
     merger.setup()
     parts = {}
     for shard in range(settings.shards):
-        for path in merger.process(shard):
+        for path in merger.process(shard, spill_ids):
             name = path.split("/snapshot-", 1)[1].split("/", 1)[1]
             if not name.startswith("changes/"):
                 parts[name] = Path(path).read_bytes()
@@ -462,21 +470,20 @@ def _settings(base: Path, name: str, spill_bytes: int = 32_000_000) -> WriteSett
 def test_rows_staged_twice_by_a_retried_bundle_are_merged_once(tmp_path):
     elements = _document_elements()
     clean = _settings(tmp_path, "clean")
-    _spill(clean, [(elements, True)])
-    expected = _merge(clean)
+    expected = _merge(clean, _spill(clean, [(elements, True)]))
     assert {name.split("/")[0] for name in expected} == {"chunks", "documents", "sections"}
 
     # A bundle that spilled every element (a tiny spill buffer) and died after the fifth, then was retried
     # whole by the runner; and another worker's bundle that finished but whose result was lost and redone.
     retried = _settings(tmp_path, "retried", spill_bytes=1)
-    _spill(retried, [(elements[:5], False), (elements, True)])
+    retried_ids = _spill(retried, [(elements[:5], False), (elements, True)])
     duplicated = _settings(tmp_path, "duplicated")
-    _spill(duplicated, [(elements, True), (elements, True)])
+    duplicated_ids = _spill(duplicated, [(elements, True), (elements, True)])
     spill_folder = tmp_path / "_staging-duplicated" / "spill" / "chunks"
     assert all(len(list(shard.iterdir())) == 2 for shard in spill_folder.iterdir())
 
-    for settings in (retried, duplicated):
-        merged = _merge(settings)
+    for settings, spill_ids in ((retried, retried_ids), (duplicated, duplicated_ids)):
+        merged = _merge(settings, spill_ids)
         assert merged.keys() == expected.keys()
         for name, data in merged.items():
             assert data == expected[name], name
@@ -504,10 +511,32 @@ def test_spill_files_copied_twice_merge_to_the_same_part(tmp_path):
     """The same spill file staged twice under two names (a retried write whose first copy did land)."""
     elements = _document_elements()
     settings = _settings(tmp_path, "copied")
-    _spill(settings, [(elements, True)])
-    expected = _merge(settings)
+    spill_ids = _spill(settings, [(elements, True)])
+    expected = _merge(settings, spill_ids)
     for spill_file in list((tmp_path / "_staging-copied" / "spill").rglob("*.arrow")):
         shutil.copy(spill_file, spill_file.with_name(f"copy-{spill_file.name}"))
     for name in list(expected):
         (tmp_path / "snapshot-copied" / name).unlink()
-    assert _merge(settings) == expected
+    assert _merge(settings, spill_ids) == expected
+
+
+def test_the_merge_reads_only_the_spills_of_its_own_run(tmp_path):
+    """An earlier run of the same pipeline spilled every document, one of them since edited and one since
+    deleted, then failed before its merge; its spill files are still in the run's folders. The merge of
+    the run after it keeps none of their rows: its parts are those of a run over the new documents alone."""
+    elements = _document_elements()
+    edited, deleted = "guide/advanced/tuning.md", "CHANGELOG.md"
+    edited_rows = next(element for element in elements if element[0][1]["doc_id"] == edited)
+    assert sum(table == "chunks" for table, _ in edited_rows) > 1
+    shortened = next(
+        element
+        for element in _document_elements_of({edited: b"# Tuning the collector\n\nThe defaults suit most ports.\n"})
+    )
+    now = [shortened if element is edited_rows else element for element in elements]
+    now = [element for element in now if element[0][1]["doc_id"] != deleted]
+
+    clean = _settings(tmp_path, "clean")
+    expected = _merge(clean, _spill(clean, [(now, True)]))
+    again = _settings(tmp_path, "again")
+    _spill(again, [(elements, True)])  # the failed run: its spill ids died with it
+    assert _merge(again, _spill(again, [(now, True)])) == expected

@@ -176,11 +176,14 @@ def _spilled(settings: sink.WriteSettings) -> dict[tuple[str, int], tuple[int, p
 def test_spills_written_in_the_background_hold_the_rows_spilled_in_line(corpus, tmp_path):
     documents = _chunked(corpus)
     in_line, background = _settings(tmp_path, "in-line"), _settings(tmp_path, "background")
-    files_in_line = sum(run_bundle(sink.SpillRows(in_line), documents))
-    files_in_background = sum(run_bundle(sink.SpillRows(background, background=True), documents))
-    assert files_in_line == files_in_background > 6 * 3
+    ids_in_line = list(run_bundle(sink.SpillRows(in_line), documents))
+    ids_in_background = list(run_bundle(sink.SpillRows(background, background=True), documents))
+    assert len(ids_in_line) == len(ids_in_background) > 6
+    # Every file is named by a spill id the step output, and each id names files.
+    for settings, spill_ids in ((in_line, ids_in_line), (background, ids_in_background)):
+        assert {path.stem for path in Path(settings.staging_url).rglob("*.arrow")} == set(spill_ids)
     expected, spilled = _spilled(in_line), _spilled(background)
-    assert sum(files for files, _ in spilled.values()) == files_in_background
+    assert sum(files for files, _ in spilled.values()) > 6 * 3
     assert sum(spilled[("chunks", shard)][1].num_rows for shard in range(3)) > 3 * len(documents)
     assert (
         spilled[("errors", 0)][1].num_rows + spilled[("errors", 1)][1].num_rows + spilled[("errors", 2)][1].num_rows
