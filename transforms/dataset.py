@@ -256,8 +256,9 @@ class WriteChunkDataset(beam.PTransform):
     its ``changes/`` against the snapshot published when the transform was built. ``run_id`` names the
     snapshot (a new one by default); a pipeline holding the transform runs once: a second ``run()`` fails
     before writing anything once the first has written the snapshot folder (build the pipeline again for a
-    new snapshot); after a first ``run()`` that failed before its merge, it publishes as a fresh run would. ``process_hooks`` is for a program
-    that owns its process (:mod:`chunkline.dataset.process_hooks`); by default the steps leave it alone."""
+    new snapshot); after a first ``run()`` that failed before its merge, it publishes as a fresh run would.
+    ``process_hooks`` is for a program that owns its process (:mod:`chunkline.dataset.process_hooks`); by
+    default the steps leave it alone."""
 
     takes_chunk_markdown_result = True
 

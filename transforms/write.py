@@ -9,8 +9,8 @@ which makes it wait), one merge per shard reads the shard's spill files those id
 that failed, or of an earlier run of the same pipeline that failed before its merge, is not read), drops the
 duplicates a runner may have spilled twice, adds the rows carried over from the previous snapshot, sorts
 the rows by the table's key (``doc_id``, ``chunk_index`` for chunks) and writes one zstd Parquet file per
-table whose name carries a hash of its bytes: ``part-00003-1f2e3d4c5b6a7980.parquet``. The same rows always give the same
-bytes and the same name, whatever the runner, the bundling or the number of workers.
+table whose name carries a hash of its bytes: ``part-00003-1f2e3d4c5b6a7980.parquet``. The same rows always
+give the same bytes and the same name, whatever the runner, the bundling or the number of workers.
 
 The merge of a shard's chunks is bounded (see :mod:`chunkline.dataset.merge`): it sorts the key columns
 alone and writes the part one row group at a time, so it holds about one row group (``output.row_group_rows``

@@ -714,8 +714,9 @@ def _previous_chunk_bytes(settings: WriteSettings) -> Counter:
 
 def merge_shards(settings: WriteSettings, spills_done: list[str], threads: int) -> list[str]:
     """Merge every shard from the spills ``spills_done`` names (the ids :class:`SpillRows` output),
-    ``threads`` at once, each thread with its own :class:`MergeShard` taking the next shard not yet merged; returns the part files' paths in shard order (the parts themselves are the same
-    whichever thread merged them).
+    ``threads`` at once, each thread with its own :class:`MergeShard` taking the next shard not yet merged;
+    returns the part files' paths in shard order (the parts themselves are the same whichever thread merged
+    them).
 
     When a shard's merge fails, no thread starts another shard, and the first error is raised once every
     thread has stopped, with the other failures added to it as notes (and logged): the caller publishes
