@@ -64,6 +64,7 @@ __all__ = [
     "sorted_unique",
     "sorted_row_groups_and_sizes",
     "sorted_unique_row_groups",
+    "unchanged_documents_changes",
     "unique_order",
     "with_listed_metadata",
     "CARRIED_SCHEMA",
@@ -291,6 +292,31 @@ def _document_hashes(documents: pa.Table) -> dict[str, str | None]:
         if doc_id not in hashes or status != "skipped":
             hashes[doc_id] = digest
     return hashes
+
+
+def unchanged_documents_changes(documents: pa.Table) -> pa.Table:
+    """``documents_changes(documents, documents, {}, {})``, the ``changes/documents`` of a shard where
+    nothing changed, computed column by column: every doc_id ``unchanged`` (``changed`` where it has no
+    content hash), its hash on both sides, no chunk counts. A table holding a doc_id twice (a ``skipped``
+    row beside its own) goes through :func:`documents_changes`, which picks the row that speaks for it."""
+    doc_ids = documents.column("doc_id")
+    if pc.count_distinct(doc_ids).as_py() != documents.num_rows:
+        return documents_changes(documents, documents, {}, {})
+    ordered = documents.select(["doc_id", "content_sha256"]).take(pc.sort_indices(doc_ids))
+    hashes = ordered.column("content_sha256")
+    change = pc.if_else(pc.is_null(hashes), "changed", "unchanged")
+    schema = TABLE_SCHEMAS["changes/documents"][0]
+    zeros = pa.array(np.zeros(ordered.num_rows, np.int32))
+    columns = {
+        "doc_id": ordered.column("doc_id"),
+        "change": change,
+        "content_sha256": hashes,
+        "previous_content_sha256": hashes,
+        "chunks_upserted": zeros,
+        "chunks_deleted": zeros,
+        "chunks_reembedded": zeros,
+    }
+    return pa.Table.from_arrays([columns[name] for name in schema.names], schema=schema).combine_chunks()
 
 
 def documents_changes(

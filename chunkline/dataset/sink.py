@@ -48,6 +48,7 @@ from chunkline.dataset.merge import (
     shard_of,
     sorted_row_groups_and_sizes,
     sorted_unique,
+    unchanged_documents_changes,
     with_listed_metadata,
 )
 from chunkline.dataset.process_hooks import NO_PROCESS_HOOKS, ProcessHooks
@@ -609,8 +610,7 @@ class MergeShard(BundleStep):
                 destination = f"{self._snapshot_root}/{table_name}/{posixpath.basename(source)}"
                 self._carry_part(source, destination)
                 yield destination
-        unchanged = documents_changes(documents, documents, {}, {})
-        yield from self._write("changes/documents", shard, unchanged)
+        yield from self._write("changes/documents", shard, unchanged_documents_changes(documents))
 
 
 def with_columns_of(table: pa.Table, schema: pa.Schema) -> pa.Table:
