@@ -39,6 +39,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyarrow import ipc
 
+from chunkline.dataset.arrow_columns import empty_table, string_array, zeros
 from chunkline.dataset.layout import keep_plan_path
 from chunkline.dataset.row_groups import RowGroupCuts, row_bytes, row_group_ends
 from chunkline.dataset.storage import parquet_writer_options, read_file_bytes
@@ -97,7 +98,7 @@ def shard_of(doc_id: str, shards: int) -> int:
 class ShardPlan:
     """What an incremental run carries over in one shard (read from ``keep-<shard>.arrow``)."""
 
-    carried: pa.Table = field(default_factory=lambda: CARRIED_SCHEMA.empty_table())
+    carried: pa.Table = field(default_factory=lambda: empty_table(CARRIED_SCHEMA))
     """Every carried document of the shard, with its file's metadata as listed now (:data:`CARRIED_SCHEMA`)."""
     rows_untouched: bool = False
     """No document of the shard was added, changed or deleted: chunks and errors parts can be copied."""
@@ -304,17 +305,18 @@ def unchanged_documents_changes(documents: pa.Table) -> pa.Table:
         return documents_changes(documents, documents, {}, {})
     ordered = documents.select(["doc_id", "content_sha256"]).take(pc.sort_indices(doc_ids))
     hashes = ordered.column("content_sha256")
-    change = pc.if_else(pc.is_null(hashes), "changed", "unchanged")
+    changed, unchanged = string_array(["changed", "unchanged"])  # Arrow scalars: no pandas import
+    change = pc.if_else(pc.is_null(hashes), changed, unchanged)
     schema = TABLE_SCHEMAS["changes/documents"][0]
-    zeros = pa.array(np.zeros(ordered.num_rows, np.int32))
+    no_chunks = zeros(ordered.num_rows, pa.int32())
     columns = {
         "doc_id": ordered.column("doc_id"),
         "change": change,
         "content_sha256": hashes,
         "previous_content_sha256": hashes,
-        "chunks_upserted": zeros,
-        "chunks_deleted": zeros,
-        "chunks_reembedded": zeros,
+        "chunks_upserted": no_chunks,
+        "chunks_deleted": no_chunks,
+        "chunks_reembedded": no_chunks,
     }
     return pa.Table.from_arrays([columns[name] for name in schema.names], schema=schema).combine_chunks()
 

@@ -31,6 +31,7 @@ import pyarrow.parquet as pq
 from fsspec.core import url_to_fs
 
 from chunkline.cores import available_cores
+from chunkline.dataset.arrow_columns import empty_table
 from chunkline.dataset.bundle import BundleStep, run_bundle
 from chunkline.dataset.layout import SPILL_FOLDER, part_name, part_shard, snapshot_url, staging_url
 from chunkline.dataset.merge import (
@@ -520,7 +521,7 @@ class MergeShard(BundleStep):
 
     def _read_previous(self, table_name: str, shard: int, previous_parts: dict[str, list[str]]) -> pa.Table:
         schema = self._schemas[table_name][0]
-        tables = [schema.empty_table()]
+        tables = [empty_table(schema)]
         self._columns_changed = False
         for path in previous_parts.get(table_name, []):
             data = self._read_verified(path)
@@ -552,7 +553,7 @@ class MergeShard(BundleStep):
 
     def _read_spills(self, table_name: str, shard: int) -> pa.Table:
         schema = self._schemas[table_name][0]
-        tables = [schema.empty_table()]
+        tables = [empty_table(schema)]
         for path in self._spill_paths(table_name, shard):
             tables.append(self._read_spill(path))
         return pa.concat_tables(tables)
