@@ -53,7 +53,7 @@ from chunkline.dataset.merge import (
     with_listed_metadata,
 )
 from chunkline.dataset.process_hooks import NO_PROCESS_HOOKS, ProcessHooks
-from chunkline.dataset.publish import verify_part
+from chunkline.dataset.publish import verify_local_part, verify_part
 from chunkline.dataset.rebuild import RebuildPlan
 from chunkline.dataset.row_groups import row_bytes
 from chunkline.dataset.settings import RunConfig
@@ -587,8 +587,7 @@ class MergeShard(BundleStep):
         verified bytes are written."""
         if link_file(self._fs, source, destination):
             try:
-                data = read_file_bytes(self._fs, destination, secrets=self._settings.secrets)
-                verify_part(storage_url(self._fs, source), data)
+                verify_local_part(storage_url(self._fs, source), destination, secrets=self._settings.secrets)
             except BaseException:
                 with contextlib.suppress(OSError):
                     os.unlink(destination)
