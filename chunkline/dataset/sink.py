@@ -597,8 +597,8 @@ class MergeShard(BundleStep):
         write_file_atomically(self._fs, destination, data, secrets=self._settings.secrets)
 
     def _copy_untouched(self, shard: int, plan: ShardPlan, previous_parts: dict[str, list[str]]) -> Iterator[str]:
-        """A shard where nothing changed: its part files are the previous ones, copied as they are (the
-        bytes a rebuild would write), and every one of its documents is ``unchanged``."""
+        """A shard where nothing changed: its part files are the previous ones, carried as they are (the
+        bytes a rebuild would write; see :meth:`_carry_part`), and every one of its documents is ``unchanged``."""
         documents = self._read_previous("documents", shard, previous_parts)
         self.count_carried_documents(documents)
         for table_name in ROW_TABLES:
