@@ -100,8 +100,8 @@ __all__ = [
     "snapshot_url",
     "snapshots_after",
     "staging_url",
-    "verify_output",
     "verify_local_part",
+    "verify_output",
     "verify_part",
     "verify_snapshot",
 ]
