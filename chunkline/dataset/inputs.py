@@ -332,7 +332,7 @@ def _safe_doc_id(path: str, root: str, *, archive: bool = False) -> str | None:
         relative in (".", "")
         or relative.startswith(("/", "\\"))
         or _DRIVE.match(relative)
-        or ".." in _PATH_PARTS.split(relative)
+        or (".." in relative and ".." in _PATH_PARTS.split(relative))  # split only a name holding ".."
     ):
         return None
     return relative
@@ -522,7 +522,7 @@ def _source_files(
             doc_id, source_uri, input_index, "", None, None, problem=FileProblem("match", UNLISTED_FOLDER, message)
         )
         return
-    if not _selected(doc_id, config):
+    if (config.include or config.exclude) and not _selected(doc_id, config):
         return
     if problem is None and entry.kind == "link_outside":
         what = "folder" if entry.is_folder else "file"
