@@ -10,7 +10,9 @@ stale ``_SUCCESS``) and says what a correct next run does about it: which snapsh
 computed against (``latest``: the latest snapshot's data verifies, through the root manifest or, when
 that is what is damaged, through the snapshot's own manifest; ``older``: the latest is damaged and the run
 rebuilds in full against the older one; ``none``: nothing verifies, the changes mark a full reload), and which
-snapshot ``chunkline inspect`` must refuse in one line before that run.
+snapshot ``chunkline inspect`` must refuse in one line before that run. The damages are done to a copy in
+which each snapshot has files of its own: where kept snapshots share a part's file (hard links on a local
+disk), damaging it in place damages every snapshot that names it.
 
 :func:`check_rerun` checks a finished rerun: every row table equal, row for row, to a clean full run of the
 same corpus; ``changes/`` consistent with the snapshot it names as its base (or a full reload);

@@ -22,7 +22,8 @@ tables: the chunk rows to upsert and the chunk ids to delete, found by comparing
 previous snapshot's. In an incremental run only the documents that changed were chunked; the run's plan
 (``keep-<shard>.arrow`` under the staging prefix, see :mod:`chunkline.dataset.rebuild`) names the
 documents whose rows are carried over unchanged from the previous snapshot's part, and a shard in which
-nothing changed has its previous part files copied as they are.
+nothing changed has its previous part files carried as they are, verified (on a local disk as hard links,
+elsewhere written again).
 
 Nothing depends on outputs emitted from ``finish_bundle`` (the DaskRunner drops them, which is why Beam's
 own Parquet sink writes no rows there). The parts land in the run's own snapshot folder, which no reader

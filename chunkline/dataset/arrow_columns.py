@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["bool_array", "int64_array", "string_array"]
+__all__ = ["bool_array", "empty_table", "int64_array", "string_array", "zeros"]
 
 
 def _validity(values: Sequence) -> pa.Buffer | None:
@@ -61,3 +61,14 @@ def string_array(values: Sequence[str | None]) -> pa.Array:
         pa.large_string(), len(values), [_validity(values), pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))]
     )
     return large.cast(pa.string())
+
+
+def zeros(length: int, type: pa.DataType) -> pa.Array:
+    """``length`` zeros of the signed integer ``type``."""
+    data = np.zeros(length, np.dtype(f"int{type.bit_width}"))
+    return pa.Array.from_buffers(type, length, [None, pa.py_buffer(data)])
+
+
+def empty_table(schema: pa.Schema) -> pa.Table:
+    """A table of ``schema`` with no rows (``Schema.empty_table`` imports pandas to build it)."""
+    return pa.Table.from_batches([], schema=schema)

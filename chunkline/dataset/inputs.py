@@ -332,7 +332,7 @@ def _safe_doc_id(path: str, root: str, *, archive: bool = False) -> str | None:
         relative in (".", "")
         or relative.startswith(("/", "\\"))
         or _DRIVE.match(relative)
-        or ".." in _PATH_PARTS.split(relative)
+        or (".." in relative and ".." in _PATH_PARTS.split(relative))  # split only a name holding ".."
     ):
         return None
     return relative
@@ -522,7 +522,7 @@ def _source_files(
             doc_id, source_uri, input_index, "", None, None, problem=FileProblem("match", UNLISTED_FOLDER, message)
         )
         return
-    if not _selected(doc_id, config):
+    if (config.include or config.exclude) and not _selected(doc_id, config):
         return
     if problem is None and entry.kind == "link_outside":
         what = "folder" if entry.is_folder else "file"
@@ -560,6 +560,10 @@ def _source_uri(fs: fsspec.AbstractFileSystem, path: str, input_url: str) -> str
         first, rest = input_url.split("::", 1)
         protocol = first.split("://", 1)[0]
         return f"{protocol}://{path.lstrip('/')}::{rest}"
+    if type(fs) is LocalFileSystem and os.sep == "/" and path.startswith("/") and not path.endswith("/"):
+        # What ``unstrip_protocol`` returns for such a path (already absolute and POSIX), without its
+        # normalizing, which cost a third of the listing's time per file.
+        return f"file://{path}"
     try:
         return fs.unstrip_protocol(path)
     except Exception:  # a filesystem that cannot say; the path is still useful

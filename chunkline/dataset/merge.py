@@ -39,6 +39,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyarrow import ipc
 
+from chunkline.dataset.arrow_columns import empty_table, string_array, zeros
 from chunkline.dataset.layout import keep_plan_path
 from chunkline.dataset.row_groups import RowGroupCuts, row_bytes, row_group_ends
 from chunkline.dataset.storage import parquet_writer_options, read_file_bytes
@@ -64,6 +65,7 @@ __all__ = [
     "sorted_unique",
     "sorted_row_groups_and_sizes",
     "sorted_unique_row_groups",
+    "unchanged_documents_changes",
     "unique_order",
     "with_listed_metadata",
     "CARRIED_SCHEMA",
@@ -96,7 +98,7 @@ def shard_of(doc_id: str, shards: int) -> int:
 class ShardPlan:
     """What an incremental run carries over in one shard (read from ``keep-<shard>.arrow``)."""
 
-    carried: pa.Table = field(default_factory=lambda: CARRIED_SCHEMA.empty_table())
+    carried: pa.Table = field(default_factory=lambda: empty_table(CARRIED_SCHEMA))
     """Every carried document of the shard, with its file's metadata as listed now (:data:`CARRIED_SCHEMA`)."""
     rows_untouched: bool = False
     """No document of the shard was added, changed or deleted: chunks and errors parts can be copied."""
@@ -291,6 +293,32 @@ def _document_hashes(documents: pa.Table) -> dict[str, str | None]:
         if doc_id not in hashes or status != "skipped":
             hashes[doc_id] = digest
     return hashes
+
+
+def unchanged_documents_changes(documents: pa.Table) -> pa.Table:
+    """``documents_changes(documents, documents, {}, {})``, the ``changes/documents`` of a shard where
+    nothing changed, computed column by column: every doc_id ``unchanged`` (``changed`` where it has no
+    content hash), its hash on both sides, no chunk counts. A table holding a doc_id twice (a ``skipped``
+    row beside its own) goes through :func:`documents_changes`, which picks the row that speaks for it."""
+    doc_ids = documents.column("doc_id")
+    if pc.count_distinct(doc_ids).as_py() != documents.num_rows:
+        return documents_changes(documents, documents, {}, {})
+    ordered = documents.select(["doc_id", "content_sha256"]).take(pc.sort_indices(doc_ids))
+    hashes = ordered.column("content_sha256")
+    changed, unchanged = string_array(["changed", "unchanged"])  # Arrow scalars: no pandas import
+    change = pc.if_else(pc.is_null(hashes), changed, unchanged)
+    schema = TABLE_SCHEMAS["changes/documents"][0]
+    no_chunks = zeros(ordered.num_rows, pa.int32())
+    columns = {
+        "doc_id": ordered.column("doc_id"),
+        "change": change,
+        "content_sha256": hashes,
+        "previous_content_sha256": hashes,
+        "chunks_upserted": no_chunks,
+        "chunks_deleted": no_chunks,
+        "chunks_reembedded": no_chunks,
+    }
+    return pa.Table.from_arrays([columns[name] for name in schema.names], schema=schema).combine_chunks()
 
 
 def documents_changes(

@@ -100,6 +100,7 @@ __all__ = [
     "snapshot_url",
     "snapshots_after",
     "staging_url",
+    "verify_local_part",
     "verify_output",
     "verify_part",
     "verify_snapshot",
@@ -292,8 +293,28 @@ def _remove_tree(fs, path: str, secrets: tuple[str, ...] = ()) -> None:
 def verify_part(url: str, data: bytes) -> None:
     """Raise :class:`DamagedDatasetError` unless ``data``, read from the part at ``url``, hashes to the value
     its name carries."""
+    _verify_part_hash(url, hashlib.sha256(data))
+
+
+def verify_local_part(url: str, path: str, *, secrets: tuple[str, ...] = ()) -> None:
+    """:func:`verify_part` for the part at ``url`` read from ``path`` on the local disk, hashed as it is read
+    a megabyte at a time: its bytes are not needed afterwards, so they are never held whole."""
+
+    def sha256_of_file() -> Any:
+        digest = hashlib.sha256()
+        buffer = bytearray(1 << 20)
+        view = memoryview(buffer)
+        with open(path, "rb", buffering=0) as handle:
+            while size := handle.readinto(buffer):
+                digest.update(view[:size])
+        return digest
+
+    _verify_part_hash(url, storage_call(sha256_of_file, url, "read", secrets))
+
+
+def _verify_part_hash(url: str, digest: Any) -> None:
     match = PART_NAME.fullmatch(posixpath.basename(url))
-    if match is None or hashlib.sha256(data).hexdigest()[:16] != match.group(2):
+    if match is None or digest.hexdigest()[:16] != match.group(2):
         raise DamagedDatasetError(
             f"part {url} is damaged: its bytes do not match the hash in its name (truncated or changed); "
             "the next chunkline run on this output rebuilds from the inputs"

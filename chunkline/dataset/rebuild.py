@@ -53,7 +53,7 @@ from fsspec.core import url_to_fs
 from fsspec.implementations.local import LocalFileSystem
 
 from chunkline.dataset import inputs
-from chunkline.dataset.arrow_columns import bool_array, int64_array, string_array
+from chunkline.dataset.arrow_columns import bool_array, empty_table, int64_array, string_array
 from chunkline.dataset.inputs import UNLISTED_FOLDER, SourceFile
 from chunkline.dataset.layout import keep_plan_path
 from chunkline.dataset.merge import (
@@ -231,7 +231,7 @@ class RebuildPlan:
     previous: PreviousSnapshot | None = None
     to_chunk: list[tuple[str, list[SourceFile]]] = field(default_factory=list)
     """Incremental runs: (doc_id, matched files) of every document that goes through the chunker."""
-    carried: pa.Table = field(default_factory=lambda: CARRIED_SCHEMA.empty_table())
+    carried: pa.Table = field(default_factory=lambda: empty_table(CARRIED_SCHEMA))
     """Incremental runs: every document whose rows carry over (:data:`CARRIED_SCHEMA`: its doc_id and the
     metadata its ``documents`` row takes from this run's listing)."""
     touched_shards: set[int] = field(default_factory=set)

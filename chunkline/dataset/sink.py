@@ -31,6 +31,7 @@ import pyarrow.parquet as pq
 from fsspec.core import url_to_fs
 
 from chunkline.cores import available_cores
+from chunkline.dataset.arrow_columns import empty_table
 from chunkline.dataset.bundle import BundleStep, run_bundle
 from chunkline.dataset.layout import SPILL_FOLDER, part_name, part_shard, snapshot_url, staging_url
 from chunkline.dataset.merge import (
@@ -48,14 +49,16 @@ from chunkline.dataset.merge import (
     shard_of,
     sorted_row_groups_and_sizes,
     sorted_unique,
+    unchanged_documents_changes,
     with_listed_metadata,
 )
 from chunkline.dataset.process_hooks import NO_PROCESS_HOOKS, ProcessHooks
-from chunkline.dataset.publish import verify_part
+from chunkline.dataset.publish import verify_local_part, verify_part
 from chunkline.dataset.rebuild import RebuildPlan
 from chunkline.dataset.row_groups import row_bytes
 from chunkline.dataset.settings import RunConfig
 from chunkline.dataset.storage import (
+    link_file,
     list_files,
     parquet_bytes,
     read_file_bytes,
@@ -539,7 +542,7 @@ class MergeShard(BundleStep):
 
     def _read_previous(self, table_name: str, shard: int, previous_parts: dict[str, list[str]]) -> pa.Table:
         schema = self._schemas[table_name][0]
-        tables = [schema.empty_table()]
+        tables = [empty_table(schema)]
         self._columns_changed = False
         for path in previous_parts.get(table_name, []):
             data = self._read_verified(path)
@@ -577,7 +580,7 @@ class MergeShard(BundleStep):
 
     def _read_spills(self, table_name: str, shard: int) -> pa.Table:
         schema = self._schemas[table_name][0]
-        tables = [schema.empty_table()]
+        tables = [empty_table(schema)]
         for path in self._spill_paths(table_name, shard):
             tables.append(self._read_spill(path))
         return pa.concat_tables(tables)
@@ -601,9 +604,28 @@ class MergeShard(BundleStep):
         write_file_atomically(self._fs, path, data, secrets=self._settings.secrets)
         yield path
 
+    def _carry_part(self, source: str, destination: str) -> None:
+        """Put the previous snapshot's part ``source`` into this run's snapshot as ``destination``, its bytes
+        verified against the hash its name carries (a storage-side copy would carry bytes nobody checked).
+
+        On a local disk the part gets a second name (a hard link, no bytes written) and the bytes verified
+        are read through that name, so they are those of the file the new snapshot holds; a part that does
+        not verify is unlinked again and fails the run. Elsewhere, or where no link can be made, the
+        verified bytes are written."""
+        if link_file(self._fs, source, destination):
+            try:
+                verify_local_part(storage_url(self._fs, source), destination, secrets=self._settings.secrets)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(destination)
+                raise
+            return
+        data = self._read_verified(source)
+        write_file_atomically(self._fs, destination, data, secrets=self._settings.secrets)
+
     def _copy_untouched(self, shard: int, plan: ShardPlan, previous_parts: dict[str, list[str]]) -> Iterator[str]:
-        """A shard where nothing changed: its part files are the previous ones, copied as they are (the
-        bytes a rebuild would write), and every one of its documents is ``unchanged``."""
+        """A shard where nothing changed: its part files are the previous ones, carried as they are (the
+        bytes a rebuild would write; see :meth:`_carry_part`), and every one of its documents is ``unchanged``."""
         documents = self._read_previous("documents", shard, previous_parts)
         self.count_carried_documents(documents)
         for table_name in ROW_TABLES:
@@ -612,13 +634,10 @@ class MergeShard(BundleStep):
                 yield from self._write(table_name, shard, sorted_unique(table, self._schemas[table_name][1]))
                 continue
             for source in previous_parts.get(table_name, []):
-                # Read and verified, then written: a storage-side copy would carry bytes nobody checked.
-                data = self._read_verified(source)
                 destination = f"{self._snapshot_root}/{table_name}/{posixpath.basename(source)}"
-                write_file_atomically(self._fs, destination, data, secrets=self._settings.secrets)
+                self._carry_part(source, destination)
                 yield destination
-        unchanged = documents_changes(documents, documents, {}, {})
-        yield from self._write("changes/documents", shard, unchanged)
+        yield from self._write("changes/documents", shard, unchanged_documents_changes(documents))
 
 
 def with_columns_of(table: pa.Table, schema: pa.Schema) -> pa.Table:

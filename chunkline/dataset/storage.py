@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import io
 import logging
+import os
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -24,6 +25,7 @@ __all__ = [
     "StorageNotFoundError",
     "StoragePermissionError",
     "fresh_filesystem",
+    "link_file",
     "list_files",
     "make_parent_folder",
     "scrub_secrets",
@@ -290,6 +292,29 @@ def write_file_atomically(fs, path: str, data: bytes, *, secrets: tuple[str, ...
             raise
 
     storage_call(write, storage_url(fs, path), "write", secrets)
+
+
+def link_file(fs, source: str, destination: str) -> bool:
+    """Give the local file ``source`` a second name, ``destination`` (a hard link: no bytes are copied),
+    creating its folder; True when ``destination`` now names ``source``'s file.
+
+    False, with no link made, when ``fs`` is not the local disk or the link cannot be made (another
+    device, no hard links on this filesystem, too many links, or ``destination`` names another file): the
+    caller writes the bytes instead. The link appears in one step, so no reader sees part of a file."""
+    if not isinstance(fs, LocalFileSystem):
+        return False
+    parent = destination.rsplit("/", 1)[0]
+    try:
+        os.makedirs(parent, exist_ok=True)
+        os.link(source, destination)
+    except FileExistsError:  # a retried step linked it already
+        try:
+            return os.path.samefile(source, destination)
+        except OSError:
+            return False
+    except OSError:  # EXDEV, EPERM, ENOTSUP, EMLINK ...; any other failure, the write reports
+        return False
+    return True
 
 
 def storage_call(operation: Callable[[], T], url: str, action: str, secrets: tuple[str, ...] = ()) -> T:

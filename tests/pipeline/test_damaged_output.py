@@ -5,7 +5,10 @@ publishes the dataset a clean full run of the same corpus publishes, with ``chan
 snapshot that verifies (or marked as a full reload), and ``chunkline inspect`` answers in one line.
 
 Each case damages a copy of one module-wide history (two kept snapshots of the pipeline tests' corpus) and
-runs the pipeline in process; a few go through the real ``chunkline`` program.
+runs the pipeline in process; a few go through the real ``chunkline`` program. The copy (``copytree``)
+gives each snapshot files of its own, as a restored backup or an object store has them: in the history
+itself the parts of a shard the latest run did not touch are hard links to the older snapshot's, and a
+part damaged in place there is damaged in both (``tests/pipeline/test_linked_parts.py``).
 """
 
 from __future__ import annotations

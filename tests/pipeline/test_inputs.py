@@ -361,3 +361,22 @@ def test_same_doc_id_in_two_zip_archives(tmp_path):
     statuses = sorted(row["status"] for row in rows(output, "documents") if row["doc_id"] == "index.md")
     assert statuses == ["ok", "skipped"]
     assert (summary.documents_ok, summary.documents_skipped) == (3, 1)
+
+
+@pytest.mark.parametrize("as_url", [False, True])
+def test_a_local_files_source_uri_is_the_one_fsspec_gives_its_path(tmp_path, monkeypatch, as_url):
+    from fsspec.implementations.local import LocalFileSystem
+
+    from chunkline.dataset.inputs import match_input
+    from chunkline.dataset.settings import InputConfig
+
+    names = ["plain.md", "with space.md", "100% sure.md", "caf\u00e9.md", "sharp#1.md", "q?.md", "sub/x y/deep.md"]
+    write_files(tmp_path / "in put", {name: b"# A\n\ntext\n" for name in names})
+    monkeypatch.chdir(tmp_path)
+    url = (tmp_path / "in put").as_uri().replace("%20", " ") if as_url else "in put/"
+    found = list(match_input(url, 0, InputConfig(paths=(url,))))
+    assert sorted(source.doc_id for source in found) == sorted(names)
+    local = LocalFileSystem()
+    for source in found:
+        assert source.source_uri == local.unstrip_protocol(source.path)
+        assert source.source_uri == "file://" + str(tmp_path / "in put" / source.doc_id)

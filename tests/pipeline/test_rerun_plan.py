@@ -101,3 +101,38 @@ def test_the_driver_steps_of_a_rerun_import_no_pandas(published):
     manifest = read_manifest(str(output))
     assert report["counts"] == manifest["counts"] and report["changes"] == manifest["changes"]
     assert not report["pandas"], "a step of the rerun's driver imported pandas"
+
+
+# A whole ``chunkline run`` in a fresh interpreter, as the command runs it in its own process; reports its
+# exit code, whether pandas was imported and the rebuild it made.
+UNCHANGED_RERUN_PROBE = """
+import json, sys
+from chunkline.pipelines.cli import main
+code = main(["run", sys.argv[1], "--output", sys.argv[2], "--workers", "0"])
+print(json.dumps({"code": code, "pandas": "pandas" in sys.modules}))
+"""
+
+
+@pytest.mark.slow
+def test_an_unchanged_rerun_imports_no_pandas(published):
+    corpus, output = published
+    before = read_manifest(str(output))["snapshot"]
+    completed = subprocess.run(
+        [sys.executable, "-c", UNCHANGED_RERUN_PROBE, str(corpus), str(output)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    report = json.loads(completed.stdout.strip().splitlines()[-1])
+    manifest = read_manifest(str(output))
+    assert report["code"] == 0 and manifest["snapshot"] != before
+    assert (
+        manifest["rebuild"]["mode"] == "incremental"
+        and manifest["changes"]["unchanged"]
+        == manifest["counts"]["documents_ok"]
+        + manifest["counts"]["documents_error"]
+        + manifest["counts"]["documents_skipped"]
+    )
+    assert not report["pandas"], "an unchanged rerun imported pandas"
