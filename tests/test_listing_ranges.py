@@ -26,8 +26,8 @@ from chunkline.transforms.read import _ListedDocumentsFn
 
 MEMORY = fsspec.filesystem("memory")
 
-# Doc ids as a folder of real names holds them: any character, lone surrogates of undecodable names,
-# and the line separators (U+2028, U+0085, form feed) that JSON leaves unescaped or that str.splitlines breaks at.
+# Doc ids as a folder of real names holds them: any character, lone surrogates of undecodable names, and
+# the line separators that JSON leaves unescaped (U+2028, U+0085) but str.splitlines breaks at.
 doc_ids = st.text(
     st.one_of(
         st.characters(exclude_categories=()),
@@ -115,9 +115,8 @@ def listed_file(doc_id: str, size: int) -> SourceFile:
 
 
 def many_documents(count: int) -> list[tuple[str, list[SourceFile]]]:
-    return [
-        (f"section-{n % 7}/page-{n:04d}.md", [listed_file(f"section-{n % 7}/page-{n:04d}.md", n)]) for n in range(count)
-    ]
+    names = [f"section-{number % 7}/page-{number:04d}.md" for number in range(count)]
+    return [(name, [listed_file(name, size)]) for size, name in enumerate(names)]
 
 
 def test_the_reader_splits_the_listing_and_batches_within_each_range():

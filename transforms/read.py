@@ -24,7 +24,7 @@ from apache_beam.transforms.core import RestrictionProvider
 from chunkline.dataset.bundle import batched, run_bundle
 from chunkline.dataset.file_reader import MatchedFileReader
 from chunkline.dataset.inputs import SourceFile
-from chunkline.dataset.listing import RANGE_BYTES, largest_first, listing_size_bytes, read_listing_range
+from chunkline.dataset.listing import RANGE_BYTES, ListedDocument, largest_first, listing_size_bytes, read_listing_range
 from chunkline.dataset.rebuild import list_input_or_refuse
 from chunkline.dataset.settings import InputConfig, RunConfig
 
@@ -93,7 +93,7 @@ class _ListedDocumentsFn(beam.DoFn, RestrictionProvider):
             return
         yield from batched(documents, _listed_bytes, self._batch_documents)
 
-    def _claimed(self, listing_url: str, tracker: OffsetRestrictionTracker) -> Iterator[tuple[str, list[SourceFile]]]:
+    def _claimed(self, listing_url: str, tracker: OffsetRestrictionTracker) -> Iterator[ListedDocument]:
         """The range's documents, each line claimed before its document is given out."""
         restriction = tracker.current_restriction()
         listed = read_listing_range(
@@ -131,9 +131,10 @@ class ReadMarkdown(beam.PTransform):
     full run, the changed ones of an incremental run) only those documents are read, spread over the
     workers by a reshuffle; without it the transform lists the inputs itself. ``listing_url``, the same
     pairs staged by :func:`chunkline.dataset.listing.write_listing` (which orders them as
-    :func:`~chunkline.dataset.listing.largest_first` does), keeps a long list out of the job's graph: only the URL travels in it, read with
-    ``listing_storage_options`` in byte ranges that a runner can split over its workers. With a ``listing_url`` and ``batch_documents`` of 2 or more, the output's
-    elements are lists of up to that many :class:`~chunkline.dataset.inputs.SourceFile` (fewer once they hold
+    :func:`~chunkline.dataset.listing.largest_first` does), keeps a long list out of the job's graph: only
+    the URL travels in it, read with ``listing_storage_options`` in byte ranges that a runner can split over
+    its workers. With a ``listing_url`` and ``batch_documents`` of 2 or more, the output's elements are lists
+    of up to that many :class:`~chunkline.dataset.inputs.SourceFile` (fewer once they hold
     :data:`~chunkline.dataset.bundle.BATCH_BYTES`), each list one element through the reshuffle and the
     steps after it (:class:`~chunkline.transforms.ChunkMarkdown` chunks a list into one element of all its
     documents' rows): a run of many small documents pays the runner's cost per element once per batch."""

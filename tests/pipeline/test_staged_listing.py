@@ -104,15 +104,12 @@ def test_a_run_reading_a_staged_listing_leaves_no_staging_behind(tmp_path):
 
 def _varied_corpus(root: Path) -> Path:
     """Pages of many sizes under names of many scripts, and one that is not UTF-8 (an errors row)."""
-    files = {
-        f"{folder}/{name}-{number:02d}.md": (
-            f"# {name} {number}\n\n" + "Words of a page. " * (number * 37 % 400)
-        ).encode()
-        for number in range(48)
-        for folder, name in [
-            (("guide", "notes", "café", "日本語")[number % 4], ("page", "Seite", "ページ")[number % 3])
-        ]
-    }
+    folders, titles = ("guide", "notes", "café", "日本語"), ("page", "Seite", "ページ")
+    files = {}
+    for number in range(48):
+        title = titles[number % 3]
+        words = "Words of a page. " * (number * 37 % 400)
+        files[f"{folders[number % 4]}/{title}-{number:02d}.md"] = f"# {title} {number}\n\n{words}".encode()
     files["legacy/latin1.md"] = "# Caf\xe9\n".encode("latin-1")
     return write_files(root, files)
 
