@@ -18,11 +18,13 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import apache_beam as beam
+from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
+from apache_beam.transforms.core import RestrictionProvider
 
 from chunkline.dataset.bundle import batched, run_bundle
 from chunkline.dataset.file_reader import MatchedFileReader
 from chunkline.dataset.inputs import SourceFile
-from chunkline.dataset.listing import largest_first, read_listing
+from chunkline.dataset.listing import RANGE_BYTES, ListedDocument, largest_first, listing_size_bytes, read_listing_range
 from chunkline.dataset.rebuild import list_input_or_refuse
 from chunkline.dataset.settings import InputConfig, RunConfig
 
@@ -46,20 +48,63 @@ class _ReadFileFn(MatchedFileReader, beam.DoFn):
     """:class:`~chunkline.dataset.file_reader.MatchedFileReader` as a Beam step."""
 
 
-class _ListedDocumentsFn(beam.DoFn):
-    """The documents of a listing staged by :func:`chunkline.dataset.listing.write_listing`, in its order."""
+_OWN_RESTRICTIONS = beam.DoFn.RestrictionParam()
+"""A restriction parameter without a provider: the DoFn that declares it provides its restrictions."""
 
-    def __init__(self, storage_options: dict | None, secrets: tuple[str, ...], batch_documents: int = 0):
+
+class _ListedDocumentsFn(beam.DoFn, RestrictionProvider):
+    """The documents of a listing staged by :func:`chunkline.dataset.listing.write_listing`, in its order.
+
+    A splittable DoFn over the file's bytes, and its own restriction provider (sizing the file needs the
+    storage options): the whole file is split into ranges of about ``range_bytes``, each giving the
+    documents whose lines start in it (:func:`chunkline.dataset.listing.read_listing_range`), so a runner
+    spreads a long listing over its workers instead of one worker reading and holding it all. Each line is
+    claimed before its document goes out, which lets a runner split a range while it is being read; a batch
+    never spans two ranges. A runner that does not split reads the whole file as one range."""
+
+    def __init__(
+        self,
+        storage_options: dict | None,
+        secrets: tuple[str, ...],
+        batch_documents: int = 0,
+        range_bytes: int = RANGE_BYTES,
+    ):
         self._storage_options = storage_options
         self._secrets = secrets
         self._batch_documents = batch_documents
+        self._range_bytes = range_bytes
 
-    def process(self, listing_url: str) -> Iterator[Any]:
-        listing = read_listing(listing_url, self._storage_options, self._secrets)
+    def initial_restriction(self, listing_url: str) -> OffsetRange:
+        return OffsetRange(0, listing_size_bytes(listing_url, self._storage_options, self._secrets))
+
+    def create_tracker(self, restriction: OffsetRange) -> OffsetRestrictionTracker:
+        return OffsetRestrictionTracker(restriction)
+
+    def split(self, listing_url: str, restriction: OffsetRange) -> Iterator[OffsetRange]:
+        yield from restriction.split(self._range_bytes)
+
+    def restriction_size(self, listing_url: str, restriction: OffsetRange) -> int:
+        return restriction.size()
+
+    def process(self, listing_url: str, tracker=_OWN_RESTRICTIONS) -> Iterator[Any]:
+        documents = self._claimed(listing_url, tracker)
         if self._batch_documents < 2:
-            yield from listing
+            yield from documents
             return
-        yield from batched(listing, _listed_bytes, self._batch_documents)
+        yield from batched(documents, _listed_bytes, self._batch_documents)
+
+    def _claimed(self, listing_url: str, tracker: OffsetRestrictionTracker) -> Iterator[ListedDocument]:
+        """The range's documents, each line claimed before its document is given out."""
+        restriction = tracker.current_restriction()
+        listed = read_listing_range(
+            listing_url, restriction.start, restriction.stop, self._storage_options, self._secrets
+        )
+        for line_start, document in listed:
+            if not tracker.try_claim(line_start):
+                return  # the rest of the range went to another reader
+            yield document
+        # No line starts in the rest of the range: claim its end, so the runner sees the range done.
+        tracker.try_claim(tracker.current_restriction().stop)
 
 
 def _listed_bytes(document: tuple[str, list[SourceFile]]) -> int:
@@ -86,9 +131,10 @@ class ReadMarkdown(beam.PTransform):
     full run, the changed ones of an incremental run) only those documents are read, spread over the
     workers by a reshuffle; without it the transform lists the inputs itself. ``listing_url``, the same
     pairs staged by :func:`chunkline.dataset.listing.write_listing` (which orders them as
-    :func:`~chunkline.dataset.listing.largest_first` does), keeps a long list out of the job's graph: only the URL travels in it, read with
-    ``listing_storage_options``. With a ``listing_url`` and ``batch_documents`` of 2 or more, the output's
-    elements are lists of up to that many :class:`~chunkline.dataset.inputs.SourceFile` (fewer once they hold
+    :func:`~chunkline.dataset.listing.largest_first` does), keeps a long list out of the job's graph: only
+    the URL travels in it, read with ``listing_storage_options`` in byte ranges that a runner can split over
+    its workers. With a ``listing_url`` and ``batch_documents`` of 2 or more, the output's elements are lists
+    of up to that many :class:`~chunkline.dataset.inputs.SourceFile` (fewer once they hold
     :data:`~chunkline.dataset.bundle.BATCH_BYTES`), each list one element through the reshuffle and the
     steps after it (:class:`~chunkline.transforms.ChunkMarkdown` chunks a list into one element of all its
     documents' rows): a run of many small documents pays the runner's cost per element once per batch."""
@@ -135,7 +181,9 @@ class ReadMarkdown(beam.PTransform):
                 pipeline
                 | "Listing" >> beam.Create([self._listing_url], reshuffle=False)
                 | "ListedFiles"
-                >> beam.ParDo(_ListedDocumentsFn(self._listing_storage_options, self._secrets, self._batch_documents))
+                >> beam.ParDo(
+                    _ListedDocumentsFn(self._listing_storage_options, self._secrets, self._batch_documents, RANGE_BYTES)
+                )
                 | "SpreadReads" >> beam.Reshuffle()
             )
         elif self._matched is not None:

@@ -10,31 +10,57 @@ The file is the run's own (it lives in the run's staging area, which publishing 
 document per line, each with its matched files' fields (:class:`~chunkline.dataset.inputs.SourceFile`,
 modification times in microseconds since the epoch, and the store's change tokens). Never a pickle: the staging area is storage that
 others may write to, and reading must not run anything.
+
+The file is also read in byte ranges (:func:`read_listing_range`), as a text source is: each range gives
+the documents whose lines start in it, so ranges that tile the file give every document once, and a
+distributed runner can spread the reading of a long listing over its workers, each holding one range.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime, timedelta, timezone
 
 from fsspec.core import url_to_fs
 
 from chunkline.dataset.inputs import FileProblem, SourceFile
 from chunkline.dataset.layout import listing_path
-from chunkline.dataset.storage import read_file_bytes, write_file_atomically
+from chunkline.dataset.storage import read_file_bytes, storage_call, storage_url, write_file_atomically
 
-__all__ = ["largest_first", "read_listing", "write_listing"]
+__all__ = [
+    "RANGE_BYTES",
+    "largest_first",
+    "listing_size_bytes",
+    "read_listing",
+    "read_listing_range",
+    "write_listing",
+]
 
-Listing = list[tuple[str, list[SourceFile]]]
+ListedDocument = tuple[str, list[SourceFile]]
+"""One ``(doc_id, matched files)`` pair, one line of the file."""
+Listing = list[ListedDocument]
 """``(doc_id, matched files)`` pairs, as the driver's listing gives them."""
+
+RANGE_BYTES = 4 * 1024 * 1024
+"""The bytes of the listing read as one range. A listed document takes about 400 bytes, so a range holds
+about 10,000 documents: a listing of up to that many is read in one piece, in its order (see
+:func:`largest_first`), and one of a million documents in about a hundred pieces, each small enough for
+any worker to hold."""
+
+_TAIL_READ_BYTES = 64 * 1024
+"""How much more is read at a time to reach the end of a range's last line."""
 
 
 def largest_first(matched: list[tuple[str, list[SourceFile]]]) -> list[tuple[str, list[SourceFile]]]:
     """The listed documents, largest first (then by doc_id). The FnApiRunner deals a stage's elements out to
     its worker processes in turn, each worker one share; dealt in this order, the shares' bytes differ by
     less than the largest file, so the workers finish their reads and chunking together. Unknown sizes go
-    last. (The output does not depend on it: the merges sort every row.)"""
+    last. (The output does not depend on it: the merges sort every row.)
+
+    A listing read in several ranges (:data:`RANGE_BYTES`) reaches the workers as a few such runs, each
+    largest first and each holding only documents no larger than the smallest of the run before it in the
+    file, so the shares still differ by little more than the largest file."""
 
     def size(pair: tuple[str, list[SourceFile]]) -> int:
         files = pair[1]
@@ -65,12 +91,92 @@ def write_listing(
 def read_listing(url: str, storage_options: dict | None = None, secrets: tuple[str, ...] = ()) -> Listing:
     """The listing :func:`write_listing` staged at ``url``, in the order it was written."""
     fs, path = url_to_fs(url, **(storage_options or {}))
-    text = read_file_bytes(fs, path, secrets=secrets).decode("utf-8", "surrogatepass")
-    listing: Listing = []
-    for line in text.splitlines():
-        doc_id, files = json.loads(line)
-        listing.append((doc_id, [_source_file(fields) for fields in files]))
-    return listing
+    data = read_file_bytes(fs, path, secrets=secrets)
+    return [document for _, document in _listed_documents(data, 0, len(data))]
+
+
+def listing_size_bytes(url: str, storage_options: dict | None = None, secrets: tuple[str, ...] = ()) -> int:
+    """The size in bytes of the listing staged at ``url``: the extent of its ranges."""
+    fs, path = url_to_fs(url, **(storage_options or {}))
+    return storage_call(lambda: int(fs.size(path)), storage_url(fs, path), "read the size of", secrets)
+
+
+def read_listing_range(
+    url: str,
+    start_byte: int,
+    stop_byte: int,
+    storage_options: dict | None = None,
+    secrets: tuple[str, ...] = (),
+) -> Iterator[tuple[int, ListedDocument]]:
+    """The documents of the listing at ``url`` whose lines start in ``[start_byte, stop_byte)``, in the
+    file's order, each with the byte offset its line starts at.
+
+    As in a text source: a range that starts inside a line begins at the next line, and a line that starts
+    in the range is read whole, past ``stop_byte`` if it runs on; so ranges that tile the file give every
+    document exactly once. Only the range (and the end of its last line) is read."""
+    fs, path = url_to_fs(url, **(storage_options or {}))
+    first_byte, data = storage_call(
+        lambda: _lines_starting_in(fs, path, start_byte, stop_byte), storage_url(fs, path), "read", secrets
+    )
+    return _listed_documents(data, first_byte, stop_byte)
+
+
+def _lines_starting_in(fs, path: str, start_byte: int, stop_byte: int) -> tuple[int, bytes]:
+    """The bytes of the whole lines that start in ``[start_byte, stop_byte)``, and the offset of the first
+    (no bytes when no line starts there)."""
+    if stop_byte <= start_byte:
+        return start_byte, b""
+    # From one byte before the range: a newline there means the range starts a line.
+    begin = max(start_byte - 1, 0)
+    with fs.open(path, "rb") as handle:
+        handle.seek(begin)
+        parts: list[bytes] = []
+        held = 0
+        while held < stop_byte - begin:
+            part = handle.read(stop_byte - begin - held)
+            if not part:
+                break
+            parts.append(part)
+            held += len(part)
+        data = b"".join(parts)
+        skip = 0
+        if start_byte > 0:
+            skip = data.find(b"\n") + 1
+            if skip == 0 or begin + skip >= stop_byte:
+                return stop_byte, b""
+        if held == stop_byte - begin and not data.endswith(b"\n"):
+            # The last line starts in the range and runs past it: read on to its end.
+            while True:
+                part = handle.read(_TAIL_READ_BYTES)
+                if not part:
+                    break
+                newline = part.find(b"\n")
+                if newline >= 0:
+                    parts.append(part[: newline + 1])
+                    break
+                parts.append(part)
+            data = b"".join(parts)
+    return begin + skip, data[skip:]
+
+
+def _listed_documents(data: bytes, first_byte: int, stop_byte: int) -> Iterator[tuple[int, ListedDocument]]:
+    """The documents of the lines in ``data`` (read from offset ``first_byte``) that start before
+    ``stop_byte``, each with its line's offset. Lines end at a newline byte only: JSON escapes a newline
+    inside a string, while other characters that ``str.splitlines`` breaks at (U+2028, U+0085) may stand
+    unescaped in a doc_id."""
+    line_start = 0
+    while line_start < len(data) and first_byte + line_start < stop_byte:
+        line_end = data.find(b"\n", line_start)
+        if line_end < 0:
+            line_end = len(data)
+        yield first_byte + line_start, _listed_document(data[line_start:line_end])
+        line_start = line_end + 1
+
+
+def _listed_document(line: bytes) -> ListedDocument:
+    """One line of the file: JSON, read as data only."""
+    doc_id, files = json.loads(line.decode("utf-8", "surrogatepass"))
+    return doc_id, [_source_file(fields) for fields in files]
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)

@@ -11,7 +11,7 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from chunkline.dataset.inputs import FileProblem, SourceFile
-from chunkline.dataset.listing import largest_first, read_listing, write_listing
+from chunkline.dataset.listing import largest_first, read_listing, read_listing_range, write_listing
 from chunkline.dataset.rebuild import RebuildPlan, list_inputs
 from chunkline.dataset.settings import load_run_config
 from chunkline.pipelines.run import build_pipeline
@@ -100,3 +100,58 @@ def test_a_run_reading_a_staged_listing_leaves_no_staging_behind(tmp_path):
         assert not list(output.glob("_staging/*")), "the staging area (and its listing) is removed on publish"
     tables = ("chunks", "documents", "errors", "changes/upserts", "changes/deletes", "changes/documents")
     assert table_digests(tmp_path / "in-process", tables) == table_digests(tmp_path / "two-workers", tables)
+
+
+def _varied_corpus(root: Path) -> Path:
+    """Pages of many sizes under names of many scripts, and one that is not UTF-8 (an errors row)."""
+    folders, titles = ("guide", "notes", "café", "日本語"), ("page", "Seite", "ページ")
+    files = {}
+    for number in range(48):
+        title = titles[number % 3]
+        words = "Words of a page. " * (number * 37 % 400)
+        files[f"{folders[number % 4]}/{title}-{number:02d}.md"] = f"# {title} {number}\n\n{words}".encode()
+    files["legacy/latin1.md"] = "# Caf\xe9\n".encode("latin-1")
+    return write_files(root, files)
+
+
+def test_a_listing_read_in_many_ranges_makes_the_same_dataset(tmp_path, monkeypatch):
+    from chunkline.transforms import read as read_module
+
+    corpus = _varied_corpus(tmp_path / "corpus")
+    on_the_runner = ["--runner", "FnApiRunner"]
+    whole = run([corpus], tmp_path / "one-range", "run.workers=0", beam_args=on_the_runner)
+
+    ranges: list[tuple[int, int]] = []
+    listing_sizes: list[int] = []
+
+    def recorded(url, start_byte, stop_byte, *arguments):
+        ranges.append((start_byte, stop_byte))
+        listing_sizes.append(Path(url).stat().st_size)
+        return read_listing_range(url, start_byte, stop_byte, *arguments)
+
+    monkeypatch.setattr(read_module, "RANGE_BYTES", 2_000)
+    monkeypatch.setattr(read_module, "read_listing_range", recorded)
+    split = run([corpus], tmp_path / "many-ranges", "run.workers=0", beam_args=on_the_runner)
+
+    # The runner split the listing (49 documents, about 19 kB) into ranges that tile it, each read once.
+    assert len(ranges) >= 8
+    ranges.sort()
+    assert ranges[0][0] == 0 and ranges[-1][1] == listing_sizes[0]
+    assert all(previous[1] == following[0] for previous, following in zip(ranges, ranges[1:]))
+    assert whole.documents_ok == split.documents_ok == 48 and split.documents_error == 1
+    tables = ("chunks", "documents", "errors", "changes/upserts", "changes/deletes", "changes/documents")
+    assert table_digests(tmp_path / "many-ranges", tables) == table_digests(tmp_path / "one-range", tables)
+
+
+@pytest.mark.slow
+def test_worker_processes_reading_a_listing_in_many_ranges_make_the_same_dataset(tmp_path, monkeypatch):
+    from chunkline.transforms import read as read_module
+
+    corpus = _varied_corpus(tmp_path / "corpus")
+    in_process = run([corpus], tmp_path / "in-process", "run.workers=0")
+    # The range size travels inside the pickled DoFn to the worker processes.
+    monkeypatch.setattr(read_module, "RANGE_BYTES", 2_000)
+    two_workers = run([corpus], tmp_path / "two-workers", "run.workers=2")
+    assert in_process.documents_ok == two_workers.documents_ok == 48
+    tables = ("chunks", "documents", "errors", "changes/upserts", "changes/deletes", "changes/documents")
+    assert table_digests(tmp_path / "two-workers", tables) == table_digests(tmp_path / "in-process", tables)
