@@ -57,7 +57,7 @@ def _children(pid: int) -> list[int]:
     for task in tasks:
         try:
             children += [int(child) for child in (task / "children").read_text().split()]
-        except FileNotFoundError:
+        except (FileNotFoundError, ProcessLookupError):
             continue
     return children
 
@@ -65,7 +65,7 @@ def _children(pid: int) -> list[int]:
 def _is_live(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, IndexError):
+    except (FileNotFoundError, ProcessLookupError, IndexError):  # gone before or while it was read
         return False
     return state != "Z"
 
@@ -74,7 +74,7 @@ def _is_worker_command(pid: int) -> bool:
     """Whether ``pid`` runs a runner's worker command (the shell or the relay it starts)."""
     try:
         command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):
         return False
     return command[0].endswith(b"sh") or b"-S" in command
 
