@@ -35,7 +35,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from bench_scale import prepare_corpus  # noqa: E402
+from bench_scale import add_corpus_arguments, prepare_corpus  # noqa: E402
 
 STEPS = ("imports", "listing", "verify", "planning", "merge", "publish", "process")
 
@@ -101,9 +101,7 @@ def medians(rounds: list[dict[str, list[float]]]) -> dict[str, tuple[float, floa
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("corpus", type=Path, help="a folder of markdown to cut into pages")
-    parser.add_argument("--pages", type=int, default=100_000)
-    parser.add_argument("--fanout", type=int, default=32, help="folders per level (two levels)")
+    add_corpus_arguments(parser, pages=100_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--workers", default="0", help="passed to chunkline run (auto: not passed)")
     parser.add_argument("--against", help="another interpreter whose chunkline to time side by side")
@@ -112,7 +110,6 @@ def main(argv: list[str] | None = None) -> int:
     arguments.work = arguments.work.resolve()
     if arguments.work == REPO or REPO in arguments.work.parents:
         parser.error("--work must be outside the repository")
-    arguments.min_bytes, arguments.max_bytes, arguments.seed = 1000, 4000, 0
     arguments.work.mkdir(parents=True, exist_ok=True)
     pages, _ = prepare_corpus(arguments)
     output = arguments.work / f"output-{pages.name}"

@@ -178,6 +178,16 @@ def generate_corpus(
     return paths
 
 
+def add_corpus_arguments(parser: argparse.ArgumentParser, pages: int) -> None:
+    """The options that say which corpus :func:`prepare_corpus` generates (``pages`` by default)."""
+    parser.add_argument("corpus", type=Path, help="a folder of markdown to cut into pages")
+    parser.add_argument("--pages", type=int, default=pages)
+    parser.add_argument("--fanout", type=int, default=32, help="folders per level (two levels)")
+    parser.add_argument("--min-bytes", type=int, default=1000)
+    parser.add_argument("--max-bytes", type=int, default=4000)
+    parser.add_argument("--seed", type=int, default=0)
+
+
 def prepare_corpus(arguments: argparse.Namespace) -> tuple[Path, list[Path]]:
     key = f"p{arguments.pages}-f{arguments.fanout}-b{arguments.min_bytes}-{arguments.max_bytes}-s{arguments.seed}"
     into = arguments.work / f"corpus-{key}"
@@ -522,12 +532,7 @@ def print_summary(summary: dict[str, dict], pages: int, runs: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("corpus", type=Path, help="a folder of markdown to cut into pages")
-    parser.add_argument("--pages", type=int, default=20_000)
-    parser.add_argument("--fanout", type=int, default=32, help="folders per level (two levels)")
-    parser.add_argument("--min-bytes", type=int, default=1000)
-    parser.add_argument("--max-bytes", type=int, default=4000)
-    parser.add_argument("--seed", type=int, default=0)
+    add_corpus_arguments(parser, pages=20_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--only", default=",".join(KINDS), help=f"comma-separated, of {', '.join(KINDS)}")
     parser.add_argument("--runner", choices=("default", "dask"), default="default")

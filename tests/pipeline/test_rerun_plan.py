@@ -49,6 +49,19 @@ print(json.dumps({"mode": plan.mode, "to_chunk": [doc_id for doc_id, _ in plan.t
 """
 
 
+def _run_probe(probe: str, corpus, output) -> dict:
+    """Run ``probe`` over ``corpus`` and ``output`` in a fresh interpreter; the JSON report it prints last."""
+    completed = subprocess.run(
+        [sys.executable, "-c", probe, str(corpus), str(output)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
 @pytest.fixture
 def published(tmp_path):
     """(corpus, output) after a full run of the corpus."""
@@ -86,15 +99,7 @@ def test_the_plan_reads_the_previous_times_in_microseconds_and_a_missing_metadat
 def test_the_driver_steps_of_a_rerun_import_no_pandas(published):
     corpus, output = published
     (corpus / EDITED).write_bytes(CORPUS[EDITED] + b"\n\nOne more paragraph to chunk.\n")
-    completed = subprocess.run(
-        [sys.executable, "-c", DRIVER_PROBE, str(corpus), str(output)],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    report = json.loads(completed.stdout.strip().splitlines()[-1])
+    report = _run_probe(DRIVER_PROBE, corpus, output)
     assert (report["mode"], report["to_chunk"]) == ("incremental", [EDITED])
     documents = read_dataset(str(output), "documents")
     assert report["carried"] == documents.num_rows - 1
@@ -117,15 +122,7 @@ print(json.dumps({"code": code, "pandas": "pandas" in sys.modules}))
 def test_an_unchanged_rerun_imports_no_pandas(published):
     corpus, output = published
     before = read_manifest(str(output))["snapshot"]
-    completed = subprocess.run(
-        [sys.executable, "-c", UNCHANGED_RERUN_PROBE, str(corpus), str(output)],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    report = json.loads(completed.stdout.strip().splitlines()[-1])
+    report = _run_probe(UNCHANGED_RERUN_PROBE, corpus, output)
     manifest = read_manifest(str(output))
     assert report["code"] == 0 and manifest["snapshot"] != before
     assert (
