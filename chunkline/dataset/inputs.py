@@ -442,7 +442,7 @@ def match_input(url: str, input_index: int, config: InputConfig) -> Iterator[Sou
     elif fs.isdir(path):
         root = path
         if _plain_local_folder(fs, path, url, extensions):
-            yield from _local_folder_sources(path, url, input_index, config, extensions)
+            yield from _local_folder_sources(fs, path, url, input_index, config, extensions)
             return
         if local:
             entries = walk_local_folder(path)
@@ -519,7 +519,7 @@ def _plain_local_folder(fs: fsspec.AbstractFileSystem, path: str, url: str, exte
 
 
 def _local_folder_sources(
-    root: str, url: str, input_index: int, config: InputConfig, extensions: tuple[str, ...]
+    fs: LocalFileSystem, root: str, url: str, input_index: int, config: InputConfig, extensions: tuple[str, ...]
 ) -> Iterator[SourceFile]:
     """:func:`match_input` for a local folder (see :func:`_plain_local_folder`), sorted by path as it sorts.
 
@@ -528,7 +528,6 @@ def _local_folder_sources(
     backslash, no drive letter at the root) becomes its ``SourceFile`` at once, with the ``lstat`` of the
     walk. Anything else (links, folders that could not be listed, odd names) goes through
     :func:`_source_files`, as in every other listing, so both ways give the same files."""
-    fs = LocalFileSystem()
     found: list[tuple[str, SourceFile]] = []
     include, exclude = config.include, config.exclude
     root_prefix = root.rstrip("/") + "/"
