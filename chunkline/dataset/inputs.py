@@ -177,7 +177,9 @@ def _walk_local_folders(root: str, maxdepth: int | None = None) -> Iterator[tupl
         for entry in entries:
             name = entry.name
             try:
-                if entry.is_symlink():
+                if entry.is_file(follow_symlinks=False):  # most entries: asked first
+                    found.append((name, entry.stat(follow_symlinks=False)))
+                elif entry.is_symlink():
                     path = prefix + name
                     target = os.path.realpath(path)
                     is_folder = os.path.isdir(target)
@@ -193,8 +195,6 @@ def _walk_local_folders(root: str, maxdepth: int | None = None) -> Iterator[tupl
                             found.append(linked)
                 elif entry.is_dir(follow_symlinks=False):
                     subfolders.append((prefix + name, os.path.join(folder_real, name)))
-                elif entry.is_file(follow_symlinks=False):
-                    found.append((name, entry.stat(follow_symlinks=False)))
             except FileNotFoundError:  # gone between the listing and the look at it
                 continue
         yield prefix, found
