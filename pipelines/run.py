@@ -595,7 +595,8 @@ def run_pipeline(
     started = time.perf_counter()
     secret_values = tuple(config.secrets())
     # Listed before the output is touched: an input that is missing or matches nothing publishes nothing.
-    listing = list_inputs(config)
+    with process_hooks.listing():
+        listing = list_inputs(config)
     listed = time.perf_counter()
     lock = acquire_output_lock(
         output_url, run_id, storage_options, expiry_seconds=config.output.lock_expiry_seconds, secrets=secret_values
