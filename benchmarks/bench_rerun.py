@@ -77,7 +77,9 @@ def measure(python: str, pages: Path, output: Path, workers: str) -> dict[str, l
     command = [python, "-c", _STEPS_SNIPPET, "run", str(pages), "--output", str(output)]
     if workers != "auto":
         command += ["--workers", workers]
-    completed = subprocess.run(command, capture_output=True, text=True, check=False)
+    # Run from the output's folder: ``-c`` puts the working folder first on the path, and a checkout's
+    # own chunkline there would be imported in place of the interpreter's.
+    completed = subprocess.run(command, capture_output=True, text=True, check=False, cwd=output.parent)
     wall = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     lines = [line for line in completed.stdout.splitlines() if line.startswith("BENCH_RERUN ")]

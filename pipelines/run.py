@@ -339,11 +339,17 @@ def build_pipeline(
 
 
 def _run_in_process(
-    config: RunConfig, run_id: str, plan: RebuildPlan, process_hooks: ProcessHooks = NO_PROCESS_HOOKS
+    config: RunConfig,
+    run_id: str,
+    plan: RebuildPlan,
+    process_hooks: ProcessHooks = NO_PROCESS_HOOKS,
+    previous: _PreviousState | None = None,
 ) -> None:
     """The run's documents through the steps the transforms' DoFns are made of, without starting a runner
-    or importing Beam (:mod:`chunkline.dataset.in_process`)."""
-    stage_run_in_process(config, run_id, plan, process_hooks)
+    or importing Beam (:mod:`chunkline.dataset.in_process`). The parts of the previous snapshot that
+    verifying the output hashed are not hashed again when they are carried over as links."""
+    verified_parts = previous.output.verified_parts if previous is not None else None
+    stage_run_in_process(config, run_id, plan, process_hooks, verified_parts)
 
 
 def run_counts(result: Any) -> dict[str, int] | None:
@@ -589,7 +595,8 @@ def run_pipeline(
     started = time.perf_counter()
     secret_values = tuple(config.secrets())
     # Listed before the output is touched: an input that is missing or matches nothing publishes nothing.
-    listing = list_inputs(config)
+    with process_hooks.listing():
+        listing = list_inputs(config)
     listed = time.perf_counter()
     lock = acquire_output_lock(
         output_url, run_id, storage_options, expiry_seconds=config.output.lock_expiry_seconds, secrets=secret_values
@@ -624,7 +631,7 @@ def run_pipeline(
         logger.info("chunkline: run %s reading %s", run_id, ", ".join(config.input.paths))
         try:
             if in_process:
-                _run_in_process(config, run_id, plan, process_hooks)
+                _run_in_process(config, run_id, plan, process_hooks, previous)
             else:
                 _pipelines_started_here = True
                 with WorkerWatchdog(fork_server) if fork_server is not None else nullcontext():

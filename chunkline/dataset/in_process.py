@@ -15,13 +15,14 @@ Publishing is the caller's.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 
 from chunkline.dataset.bundle import BATCH_BYTES, BATCH_DOCUMENTS, batched, run_bundle
 from chunkline.dataset.document_rows import DocumentChunker
 from chunkline.dataset.file_reader import MatchedFileReader
 from chunkline.dataset.inputs import SourceFile
 from chunkline.dataset.process_hooks import NO_PROCESS_HOOKS, ProcessHooks
+from chunkline.dataset.publish import LocalFileIdentity
 from chunkline.dataset.rebuild import RebuildPlan, write_shard_plans
 from chunkline.dataset.settings import RunConfig
 from chunkline.dataset.sink import write_settings_for, write_tables_in_process
@@ -31,13 +32,19 @@ __all__ = ["batches_of", "stage_run_in_process"]
 
 
 def stage_run_in_process(
-    config: RunConfig, run_id: str, plan: RebuildPlan, process_hooks: ProcessHooks = NO_PROCESS_HOOKS
+    config: RunConfig,
+    run_id: str,
+    plan: RebuildPlan,
+    process_hooks: ProcessHooks = NO_PROCESS_HOOKS,
+    verified_parts: Mapping[LocalFileIdentity, str] | None = None,
 ) -> list[str]:
     """Read and chunk ``plan.to_chunk``, and stage the run's snapshot (carrying the plan's other documents
     over); returns the part files' paths. ``process_hooks``: what the program that owns the process does
-    around the steps (:mod:`chunkline.dataset.process_hooks`)."""
+    around the steps (:mod:`chunkline.dataset.process_hooks`); ``verified_parts``: the previous snapshot's
+    local parts hashed when the output was verified
+    (:attr:`~chunkline.dataset.publish.OutputState.verified_parts`), not hashed again when carried over."""
     secrets = tuple(config.secrets())
-    settings = write_settings_for(config, run_id, plan, process_hooks)
+    settings = write_settings_for(config, run_id, plan, process_hooks, verified_parts)
     if plan.incremental:
         write_shard_plans(plan, config, settings.staging_url)
     if not plan.to_chunk:  # every document carried over: no file to read, no tokenizer to load

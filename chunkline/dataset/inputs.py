@@ -131,6 +131,30 @@ def walk_local_folder(root: str, maxdepth: int | None = None) -> Iterator[Listed
 
     Raises the ``OSError`` of ``root`` itself when it cannot be listed: an input without a root is no
     input, and the caller says so."""
+    for folder, found in _walk_local_folders(root, maxdepth):
+        for item in found:
+            if type(item) is ListedEntry:
+                yield item
+                continue
+            name, status = item
+            yield ListedEntry(
+                _posix(f"{folder}{name}"),
+                "file",
+                size_bytes=status.st_size,
+                modified_time=_utc(status.st_mtime),
+                mtime_ns=status.st_mtime_ns,
+            )
+
+
+#: What :func:`_walk_local_folders` lists in one folder, in name order: a plain file (not a link) as its
+#: name and ``lstat``, anything else (a link, a folder that could not be listed) as its ``ListedEntry``.
+_FolderItems = list["ListedEntry | tuple[str, os.stat_result]"]
+
+
+def _walk_local_folders(root: str, maxdepth: int | None = None) -> Iterator[tuple[str, _FolderItems]]:
+    """The walk of :func:`walk_local_folder`, one folder at a time: (the folder's path as listed, ending in
+    ``/``; what it holds). The plain files, nearly all of a corpus, stay name and ``lstat`` so that a caller
+    builds what it needs from them once, with the folder's part of the path worked out once per folder."""
     root = root.rstrip("/") or "/"
     root_real = os.path.realpath(root)
     # (folder as listed, its real path, the real paths of the folders it is inside, its depth)
@@ -140,47 +164,48 @@ def walk_local_folder(root: str, maxdepth: int | None = None) -> Iterator[Listed
         folder, folder_real, ancestors, depth = pending.pop()
         try:
             with os.scandir(folder) as scan:
-                entries = sorted(scan, key=lambda entry: entry.name)
+                entries = sorted(scan, key=_entry_name)
         except OSError as error:
             if first:
                 raise
-            yield ListedEntry(_posix(folder), "unlisted", detail=f"{type(error).__name__}: {error}")
+            yield folder, [ListedEntry(_posix(folder), "unlisted", detail=f"{type(error).__name__}: {error}")]
             continue
         first = False
+        prefix = f"{folder.rstrip('/')}/"
+        found: _FolderItems = []
         subfolders = []
         for entry in entries:
-            path = f"{folder.rstrip('/')}/{entry.name}"
+            name = entry.name
             try:
-                if entry.is_symlink():
+                if entry.is_file(follow_symlinks=False):  # most entries: asked first
+                    found.append((name, entry.stat(follow_symlinks=False)))
+                elif entry.is_symlink():
+                    path = prefix + name
                     target = os.path.realpath(path)
                     is_folder = os.path.isdir(target)
                     if not _inside(target, root_real):
-                        yield ListedEntry(_posix(path), "link_outside", is_folder=is_folder, detail=target)
+                        found.append(ListedEntry(_posix(path), "link_outside", is_folder=is_folder, detail=target))
                     elif is_folder and target in ancestors:
-                        yield ListedEntry(_posix(path), "link_loop", is_folder=True, detail=target)
+                        found.append(ListedEntry(_posix(path), "link_loop", is_folder=True, detail=target))
                     elif is_folder:
                         subfolders.append((path, target))
                     else:
-                        found = _file_entry(path)
-                        if found is not None:
-                            yield found
+                        linked = _file_entry(path)
+                        if linked is not None:
+                            found.append(linked)
                 elif entry.is_dir(follow_symlinks=False):
-                    subfolders.append((path, os.path.join(folder_real, entry.name)))
-                elif entry.is_file(follow_symlinks=False):
-                    status = entry.stat(follow_symlinks=False)
-                    yield ListedEntry(
-                        _posix(path),
-                        "file",
-                        size_bytes=status.st_size,
-                        modified_time=_utc(status.st_mtime),
-                        mtime_ns=status.st_mtime_ns,
-                    )
+                    subfolders.append((prefix + name, os.path.join(folder_real, name)))
             except FileNotFoundError:  # gone between the listing and the look at it
                 continue
+        yield prefix, found
         if maxdepth is None or depth < maxdepth:
             # Pushed in reverse so that folders are walked in sorted order.
             for path, real in reversed(subfolders):
                 pending.append((path, real, ancestors | {real}, depth + 1))
+
+
+def _entry_name(entry: os.DirEntry) -> str:
+    return entry.name
 
 
 def _file_entry(link: str) -> ListedEntry | None:
@@ -416,6 +441,9 @@ def match_input(url: str, input_index: int, config: InputConfig) -> Iterator[Sou
             listed = [_listed(name, info) for name, info in found.items() if info.get("type") == "file"]
     elif fs.isdir(path):
         root = path
+        if _plain_local_folder(fs, path, url, extensions):
+            yield from _local_folder_sources(fs, path, url, input_index, config, extensions)
+            return
         if local:
             entries = walk_local_folder(path)
         else:
@@ -475,6 +503,95 @@ def _find_files(fs: fsspec.AbstractFileSystem, path: str, url: str) -> dict[str,
         error = failures[0]
         raise OSError(f"cannot list every folder of input {url}: {type(error).__name__}: {error}")
     return {name: info for name, info in found.items() if info.get("type") == "file"}
+
+
+def _plain_local_folder(fs: fsspec.AbstractFileSystem, path: str, url: str, extensions: tuple[str, ...]) -> bool:
+    """Whether the folder input ``path`` is listed by :func:`_local_folder_sources`: a folder on the local
+    disk of a POSIX system, named by an absolute path (what ``url_to_fs`` gives for every local URL), not
+    through a chain of filesystems, with extensions that are plain suffixes of a name."""
+    return (
+        type(fs) is LocalFileSystem
+        and os.sep == "/"
+        and path.startswith("/")
+        and "::" not in url
+        and not any("/" in extension for extension in extensions)
+    )
+
+
+def _local_folder_sources(
+    fs: LocalFileSystem, root: str, url: str, input_index: int, config: InputConfig, extensions: tuple[str, ...]
+) -> Iterator[SourceFile]:
+    """:func:`match_input` for a local folder (see :func:`_plain_local_folder`), sorted by path as it sorts.
+
+    What every file of one folder shares (its doc_id's folder part, the ``file://`` URL of the folder, as
+    valid UTF-8) is worked out once per folder; a plain file whose name needs nothing of its own (no
+    backslash, no drive letter at the root) becomes its ``SourceFile`` at once, with the ``lstat`` of the
+    walk. Anything else (links, folders that could not be listed, odd names) goes through
+    :func:`_source_files`, as in every other listing, so both ways give the same files."""
+    found: list[tuple[str, SourceFile]] = []
+    include, exclude = config.include, config.exclude
+    root_prefix = root.rstrip("/") + "/"
+    for folder, items in _walk_local_folders(root):
+        relative = folder[len(root_prefix) :] if folder != root_prefix else ""
+        # The folder's part of every doc_id below it, when its own parts leave the root nowhere.
+        folder_doc_id = utf8_name(relative) if _safe_doc_id(f"{folder}x", root) == f"{relative}x" else None
+        folder_uri = utf8_name(f"file://{folder}")
+        for item in items:
+            if type(item) is ListedEntry:
+                if item.kind == "unlisted" or item.is_folder or item.path.lower().endswith(extensions):
+                    found.extend(
+                        (item.path, source)
+                        for source in _source_files(item, fs, root, url, input_index, config, archive=False)
+                    )
+                continue
+            name, status = item
+            if not name.lower().endswith(extensions):
+                continue
+            path = folder + name
+            if folder_doc_id is None or "\\" in name or (not relative and _DRIVE.match(name)):
+                entry = ListedEntry(
+                    path,
+                    "file",
+                    size_bytes=status.st_size,
+                    modified_time=_utc(status.st_mtime),
+                    mtime_ns=status.st_mtime_ns,
+                )
+                found.extend(
+                    (path, source) for source in _source_files(entry, fs, root, url, input_index, config, archive=False)
+                )
+                continue
+            plain_name = name if name.isascii() and "%" not in name else utf8_name(name)
+            doc_id = folder_doc_id + plain_name
+            if (include or exclude) and not _selected(doc_id, config):
+                continue
+            found.append((path, _local_source_file(doc_id, folder_uri + plain_name, input_index, path, status)))
+    found.sort(key=_listed_path)
+    for _, source in found:
+        yield source
+
+
+def _listed_path(pair: tuple[str, SourceFile]) -> str:
+    return pair[0]
+
+
+def _local_source_file(doc_id: str, source_uri: str, input_index: int, path: str, status: os.stat_result) -> SourceFile:
+    """The ``SourceFile`` of a plain local file from its ``lstat`` (fields given by position: a frozen
+    dataclass's ``__init__`` is a noticeable part of a listing of many small files, and keywords add to it)."""
+    return SourceFile(
+        doc_id,
+        source_uri,
+        input_index,
+        path,
+        status.st_size,
+        _fromtimestamp(status.st_mtime, _UTC),
+        None,  # data
+        None,  # problem
+        status.st_mtime_ns,
+    )
+
+
+_fromtimestamp = datetime.fromtimestamp
+_UTC = timezone.utc
 
 
 def _local_glob(pattern: str, root: str) -> list[ListedEntry]:

@@ -21,6 +21,11 @@ class ProcessHooks:
     def worker_setup(self) -> None:
         """Called from each chunking and merging step's ``setup()``, once per worker."""
 
+    def listing(self) -> AbstractContextManager[None]:
+        """Wraps the driver's listing of the inputs: an object per file (a hundred thousand for as many
+        pages), none of them in a reference cycle."""
+        return contextlib.nullcontext()
+
     def parsing(self, chars: int) -> AbstractContextManager[None]:
         """Wraps the markdown parse of a document of ``chars`` characters."""
         return contextlib.nullcontext()

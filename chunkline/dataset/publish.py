@@ -32,9 +32,13 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import posixpath
 import time
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from datetime import datetime, timezone
 from typing import Any
 
@@ -296,9 +300,36 @@ def verify_part(url: str, data: bytes) -> None:
     _verify_part_hash(url, hashlib.sha256(data))
 
 
-def verify_local_part(url: str, path: str, *, secrets: tuple[str, ...] = ()) -> None:
+#: A local file as ``stat`` tells it apart: (device, inode, size in bytes, modification time in ns).
+LocalFileIdentity = tuple[int, int, int, int]
+
+
+def local_file_identity(status: os.stat_result) -> LocalFileIdentity:
+    """The :data:`LocalFileIdentity` of a file from its ``stat``."""
+    return (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns)
+
+
+def verify_local_part(
+    url: str,
+    path: str,
+    *,
+    secrets: tuple[str, ...] = (),
+    verified: Mapping[LocalFileIdentity, str] | None = None,
+) -> None:
     """:func:`verify_part` for the part at ``url`` read from ``path`` on the local disk, hashed as it is read
-    a megabyte at a time: its bytes are not needed afterwards, so they are never held whole."""
+    a megabyte at a time: its bytes are not needed afterwards, so they are never held whole.
+
+    ``verified``: the local parts this run has hashed already (:attr:`OutputState.verified_parts`), by
+    identity. A file at ``path`` that is one of them (the same inode, so a hard link to it; its size and
+    modification time unchanged since, so not written to) under the same name holds the bytes that were
+    checked, and is not read again."""
+    if verified:
+        try:
+            identity = local_file_identity(os.stat(path))
+        except OSError:  # the read below says what is wrong
+            identity = None
+        if identity is not None and verified.get(identity) == posixpath.basename(url):
+            return
 
     def sha256_of_file() -> Any:
         digest = hashlib.sha256()
@@ -400,13 +431,20 @@ def _parse_manifest(data: bytes) -> tuple[dict[str, Any] | None, str | None]:
 
 
 def _parts_problem(
-    fs, root: str, manifest: dict[str, Any], secrets: tuple[str, ...], *, read_tables: tuple[str, ...]
+    fs,
+    root: str,
+    manifest: dict[str, Any],
+    secrets: tuple[str, ...],
+    *,
+    read_tables: tuple[str, ...],
+    verified: dict[LocalFileIdentity, str] | None = None,
 ) -> str | None:
     """What is wrong with a well-formed manifest's parts, or None if they verify.
 
     Each table folder must hold exactly the parts the manifest names (no part missing, none it does not
     name); the parts of ``read_tables`` are read whole, each checked against the hash in its name, and their
-    footers' row counts against the manifest's."""
+    footers' row counts against the manifest's. Each local part whose hash matched goes into ``verified``
+    (its identity while it was read -> its name), when one is given."""
     snapshot = manifest["snapshot"]
     for table, entry in manifest["tables"].items():
         names = entry["files"]
@@ -425,22 +463,55 @@ def _parts_problem(
         if table not in read_tables:
             continue
         rows = 0
-        for name in names:
-            path = join_path(root, name)
-            try:
-                data = storage_call(lambda path=path: fs.cat_file(path), storage_url(fs, path), "read", secrets)
-            except FileNotFoundError:
-                return f"part {name} is missing"
-            try:
-                verify_part(name, data)
-                rows += pq.ParquetFile(pa.BufferReader(data)).metadata.num_rows
-            except DamagedDatasetError:
-                return f"part {name} does not match the hash in its name (truncated or changed)"
-            except Exception:  # the right hash but no Parquet footer: damaged all the same
-                return f"part {name} cannot be read as Parquet"
+        # Parts are read and hashed two at a time (both release the GIL): the time a rerun spends checking
+        # what it builds on is mostly this. The first part in the manifest's order that fails is reported.
+        pool = ThreadPoolExecutor(max_workers=VERIFY_THREADS)
+        try:
+            checks = pool.map(lambda name: _check_part(fs, root, name, secrets), names)
+            for name, (problem, part_rows, identity) in zip(names, checks):
+                if problem is not None:
+                    return problem
+                if verified is not None and identity is not None:
+                    verified[identity] = posixpath.basename(name)
+                rows += part_rows
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)  # the parts after a damaged one are not read
         if rows != entry["rows"]:
             return f"its {table} parts hold {rows} rows, but its manifest says {entry['rows']}"
     return None
+
+
+VERIFY_THREADS = 2
+"""How many parts :func:`verify_output` reads and hashes at once."""
+
+
+def _check_part(fs, root: str, name: str, secrets: tuple[str, ...]) -> tuple[str | None, int, LocalFileIdentity | None]:
+    """(what is wrong with the part ``name``, or None; its footer's row count; the identity of its local file
+    when it verified, see :func:`_read_part`)."""
+    path = join_path(root, name)
+    try:
+        data, identity = storage_call(lambda: _read_part(fs, path), storage_url(fs, path), "read", secrets)
+    except FileNotFoundError:
+        return f"part {name} is missing", 0, None
+    try:
+        verify_part(name, data)
+        return None, pq.ParquetFile(pa.BufferReader(data)).metadata.num_rows, identity
+    except DamagedDatasetError:
+        return f"part {name} does not match the hash in its name (truncated or changed)", 0, None
+    except Exception:  # the right hash but no Parquet footer: damaged all the same
+        return f"part {name} cannot be read as Parquet", 0, None
+
+
+def _read_part(fs, path: str) -> tuple[bytes, LocalFileIdentity | None]:
+    """The bytes of the part at ``path``, and, on the local disk, the identity of the file they were read
+    from (None when the file changed while it was read, or elsewhere)."""
+    if type(fs) is not LocalFileSystem:
+        return fs.cat_file(path), None
+    with open(path, "rb") as handle:
+        before = local_file_identity(os.fstat(handle.fileno()))
+        data = handle.read()
+        after = local_file_identity(os.fstat(handle.fileno()))
+    return data, (before if before == after and len(data) == before[2] else None)
 
 
 def _damaged_message(url: str, snapshot: str, problem: str, kept: list[str]) -> str:
@@ -483,6 +554,10 @@ class OutputState:
     """The root manifest could not be trusted: the run publishes a new one."""
     damaged_snapshots: tuple[str, ...] = ()
     """The kept snapshots that failed verification (no longer kept), newest first."""
+    verified_parts: Mapping[LocalFileIdentity, str] = dataclass_field(default_factory=dict)
+    """The parts of ``manifest`` on the local disk whose bytes were hashed here, by the identity of their file
+    then (-> the part's file name): a part carried over as a hard link to one of them, unchanged since, is not
+    hashed again (see :func:`verify_local_part`)."""
 
 
 def verify_output(
@@ -536,6 +611,7 @@ def verify_output(
     chosen: dict[str, Any] | None = None
     root_damaged = published is None
     dropped: set[str] = set()
+    verified: dict[LocalFileIdentity, str] = {}
     for name in candidates:
         if published is not None and name == published["snapshot"]:
             manifest, problem = published, None
@@ -547,15 +623,17 @@ def verify_output(
                 dropped.add(name)
             continue
         if problem is None:
-            problem = _parts_problem(fs, root, manifest, secrets, read_tables=ROW_TABLES)
+            verified = {}
+            problem = _parts_problem(fs, root, manifest, secrets, read_tables=ROW_TABLES, verified=verified)
         if problem is not None and manifest is published:
             # The root manifest may be what is wrong: the snapshot's own copy, if it differs and verifies,
             # describes the snapshot as it was published.
             own, own_problem = own_manifest(name)
+            verified = {}
             if (
                 own is not None
                 and own != published
-                and not _parts_problem(fs, root, own, secrets, read_tables=ROW_TABLES)
+                and not _parts_problem(fs, root, own, secrets, read_tables=ROW_TABLES, verified=verified)
             ):
                 damage.append(f"the root manifest {storage_url(fs, root_path)} is damaged: {problem}")
                 chosen, root_damaged = own, True
@@ -583,7 +661,16 @@ def verify_output(
                 "restored from the root manifest"
             )
     damaged_snapshots = tuple(name for name in candidates if name in dropped)
-    return OutputState(chosen, latest_trusted, tuple(damage), kept, tuple(repaired), root_damaged, damaged_snapshots)
+    return OutputState(
+        chosen,
+        latest_trusted,
+        tuple(damage),
+        kept,
+        tuple(repaired),
+        root_damaged,
+        damaged_snapshots,
+        verified_parts=verified if chosen is not None else {},
+    )
 
 
 def _repair_success(fs, root: str, published: str | None, secrets: tuple[str, ...]) -> list[str]:

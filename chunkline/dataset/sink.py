@@ -19,7 +19,7 @@ import threading
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,7 +53,7 @@ from chunkline.dataset.merge import (
     with_listed_metadata,
 )
 from chunkline.dataset.process_hooks import NO_PROCESS_HOOKS, ProcessHooks
-from chunkline.dataset.publish import verify_local_part, verify_part
+from chunkline.dataset.publish import LocalFileIdentity, verify_local_part, verify_part
 from chunkline.dataset.rebuild import RebuildPlan
 from chunkline.dataset.row_groups import row_bytes
 from chunkline.dataset.settings import RunConfig
@@ -108,6 +108,10 @@ class WriteSettings:
     """The promoted front-matter columns of ``chunks`` and ``changes/upserts`` (``output.front_matter_columns``)."""
     process_hooks: ProcessHooks = NO_PROCESS_HOOKS
     """What the program that owns the process does around the merges (:mod:`chunkline.dataset.process_hooks`)."""
+    verified_parts: Mapping[LocalFileIdentity, str] = field(default_factory=dict)
+    """The previous snapshot's local parts the run hashed when it verified the output
+    (:attr:`~chunkline.dataset.publish.OutputState.verified_parts`): one carried over as a hard link to the
+    very file hashed, unchanged since, is not hashed again."""
 
     @property
     def schemas(self) -> dict[str, tuple[pa.Schema, tuple[str, ...]]]:
@@ -116,9 +120,14 @@ class WriteSettings:
 
 
 def write_settings_for(
-    config: RunConfig, run_id: str, plan: RebuildPlan, process_hooks: ProcessHooks = NO_PROCESS_HOOKS
+    config: RunConfig,
+    run_id: str,
+    plan: RebuildPlan,
+    process_hooks: ProcessHooks = NO_PROCESS_HOOKS,
+    verified_parts: Mapping[LocalFileIdentity, str] | None = None,
 ) -> WriteSettings:
-    """Where and how run ``run_id`` of ``config`` stages its tables, building on ``plan``."""
+    """Where and how run ``run_id`` of ``config`` stages its tables, building on ``plan`` (and on the parts
+    of its previous snapshot that ``verified_parts`` names as hashed already, see :class:`WriteSettings`)."""
     output_url = config.output.url or ""
     return WriteSettings(
         staging_url=staging_url(output_url, run_id),
@@ -133,6 +142,7 @@ def write_settings_for(
         incremental=plan.incremental,
         front_matter_columns=config.output.promoted_front_matter,
         process_hooks=process_hooks,
+        verified_parts=dict(verified_parts or {}),
     )
 
 
@@ -610,11 +620,17 @@ class MergeShard(BundleStep):
 
         On a local disk the part gets a second name (a hard link, no bytes written) and the bytes verified
         are read through that name, so they are those of the file the new snapshot holds; a part that does
-        not verify is unlinked again and fails the run. Elsewhere, or where no link can be made, the
-        verified bytes are written."""
+        not verify is unlinked again and fails the run (a link to the very file the run hashed when it
+        verified the output, unchanged since, is not read again). Elsewhere, or where no link can be made,
+        the verified bytes are written."""
         if link_file(self._fs, source, destination):
             try:
-                verify_local_part(storage_url(self._fs, source), destination, secrets=self._settings.secrets)
+                verify_local_part(
+                    storage_url(self._fs, source),
+                    destination,
+                    secrets=self._settings.secrets,
+                    verified=self._settings.verified_parts,
+                )
             except BaseException:
                 with contextlib.suppress(OSError):
                     os.unlink(destination)

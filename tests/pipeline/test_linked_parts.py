@@ -18,7 +18,14 @@ import pytest
 from damage_matrix import Damage, Snapshots, _flip_bit, check_rerun, reference_rows
 
 import chunkline.dataset.sink as sink_module
-from chunkline.dataset.publish import DamagedDatasetError, read_manifest, verify_output, verify_snapshot
+from chunkline.dataset.publish import (
+    DamagedDatasetError,
+    local_file_identity,
+    read_manifest,
+    verify_local_part,
+    verify_output,
+    verify_snapshot,
+)
 from chunkline.pipelines.cli import main
 from chunkline.schemas import ROW_TABLES
 
@@ -145,3 +152,60 @@ def test_where_no_link_can_be_made_the_verified_bytes_are_written(tmp_path, monk
             old_bytes = (output / "snapshots" / older.run_id / table / name).read_bytes()
             assert (output / "snapshots" / latest.run_id / table / name).read_bytes() == old_bytes
     verify_snapshot(str(output), read_manifest(str(output)))
+
+
+def test_verifying_the_output_records_each_local_part_it_hashed_by_its_files_identity(linked):
+    _, output, snapshots = linked
+    state = verify_output(str(output), repair=False)
+    expected = {}
+    for table in ROW_TABLES:
+        for name, status in snapshot_parts(output, snapshots.latest, table).items():
+            expected[local_file_identity(status)] = name
+    assert state.verified_parts == expected
+
+
+def test_a_carried_link_to_a_part_hashed_while_verifying_is_not_read_again_unless_its_file_changed(linked):
+    _, output, snapshots = linked
+    state = verify_output(str(output), repair=False)
+    name, status = max(snapshot_parts(output, snapshots.latest, "chunks").items(), key=lambda item: item[1].st_size)
+    path = output / "snapshots" / snapshots.latest / "chunks" / name
+    url = f"snapshots/{snapshots.latest}/chunks/{name}"
+    # Its bytes changed and its time put back, as no writer does: the identity still matches, so the bytes
+    # are taken as the ones hashed, which shows that they are not read again.
+    _flip_bit(path)
+    os.utime(path, ns=(status.st_atime_ns, status.st_mtime_ns))
+    verify_local_part(url, str(path), verified=state.verified_parts)
+    with pytest.raises(DamagedDatasetError):  # without the record, or under another name, it is read
+        verify_local_part(url, str(path))
+    with pytest.raises(DamagedDatasetError):
+        verify_local_part(
+            url.replace(name, "part-00000-0000000000000000.parquet"), str(path), verified=state.verified_parts
+        )
+    _flip_bit(path)  # written again, its time now: read and hashed, and it verifies once more
+    verify_local_part(url, str(path), verified=state.verified_parts)
+    _flip_bit(path)
+    with pytest.raises(DamagedDatasetError):
+        verify_local_part(url, str(path), verified=state.verified_parts)
+
+
+def test_a_memory_outputs_parts_are_read_whenever_carried(memory_fs):
+    pages = {"/corpus/a.md": b"# A\n\ntext\n", "/corpus/b.md": b"# B\n\nmore text\n"}
+    for path, data in pages.items():
+        memory_fs.pipe(path, data)
+    run(["memory:///corpus"], "memory:///out")
+    run(["memory:///corpus"], "memory:///out")
+    assert verify_output("memory:///out", repair=False).verified_parts == {}
+
+
+def test_parts_are_checked_two_at_a_time_and_the_first_damaged_one_in_the_manifests_order_is_named(tmp_path):
+    corpus = write_corpus(tmp_path / "corpus")
+    output = tmp_path / "out"
+    run([corpus], output, "output.shards=4")
+    names = read_manifest(str(output))["tables"]["chunks"]["files"]
+    assert len(names) >= 3
+    for name in (names[-1], names[1]):
+        _flip_bit(output / name)
+    state = verify_output(str(output), repair=False)
+    assert not state.latest_trusted and state.verified_parts == {}
+    assert f"part {names[1]} does not match the hash in its name" in state.damage[0]
+    assert names[-1] not in " ".join(state.damage)

@@ -13,6 +13,7 @@ import threading
 import pytest
 
 from chunkline.dataset.process_hooks import NO_PROCESS_HOOKS
+from chunkline.dataset.settings import load_run_config
 from chunkline.pipelines import cli
 from chunkline.pipelines import process_tuning as tuning
 from chunkline.pipelines.process_tuning import RUN_PROCESS_TUNING, collector_paused
@@ -101,3 +102,24 @@ def test_the_chunkline_program_tunes_its_run_and_a_calling_program_gets_none(tmp
     with pytest.raises(SystemExit):
         cli.main(arguments)
     assert recorded_runs == [(NO_PROCESS_HOOKS, False), (RUN_PROCESS_TUNING, True)]
+
+
+def test_the_chunkline_programs_run_lists_its_inputs_with_the_collector_paused_and_a_calling_programs_does_not(
+    tmp_path, monkeypatch
+):
+    import chunkline.pipelines.run as run_module
+
+    corpus = write_corpus(tmp_path / "corpus")
+    listing = run_module.list_inputs
+    seen: list[bool] = []
+
+    def list_inputs(config):
+        seen.append(gc.isenabled())
+        return listing(config)
+
+    monkeypatch.setattr(run_module, "list_inputs", list_inputs)
+    config = load_run_config(None, [], environ={}, inputs=[str(corpus)], output=str(tmp_path / "out"))
+    for hooks in (NO_PROCESS_HOOKS, RUN_PROCESS_TUNING):
+        summary = run_module.run_pipeline(config, process_hooks=hooks)
+        assert summary.documents_ok and gc.isenabled()
+    assert seen == [True, False]
