@@ -55,10 +55,6 @@ class ConvertedRows(list):
 
 logger = logging.getLogger("chunkline")
 
-_front_matter_json = json.JSONEncoder(sort_keys=True, ensure_ascii=False, allow_nan=False).encode
-"""A document's front matter as the ``documents`` table stores it (what ``json.dumps`` with these settings
-gives, without building an encoder per document)."""
-
 
 class DocumentChunker(BundleStep):
     """Decodes and chunks each :class:`~chunkline.dataset.inputs.SourceFile` into one list of its rows."""
@@ -225,7 +221,11 @@ class DocumentChunker(BundleStep):
                 chunk_count=len(chunks),
                 token_count=sum(chunk.token_count for chunk in chunks),
                 title=document.title,
-                front_matter=_front_matter_json(front_matter.data) if front_matter is not None else None,
+                front_matter=(
+                    json.dumps(front_matter.data, sort_keys=True, ensure_ascii=False, allow_nan=False)
+                    if front_matter is not None
+                    else None
+                ),
             )
             rows.append((DOCUMENTS, document_row))
         return rows
