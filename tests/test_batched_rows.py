@@ -7,6 +7,8 @@ from datetime import datetime, timezone
 
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import chunkline.registry as registry_module
 from chunkline.config import ChunkConfig
@@ -133,3 +135,46 @@ def test_a_batch_spills_each_row_to_its_documents_shard(tmp_path):
     for key in alone:
         assert batch[key].equals(alone[key])
     assert batch_bytes == alone_bytes
+
+
+def as_plain_rows(elements) -> list[list[tuple[str, dict]]]:
+    """The same elements as plain lists of ``(table, row)`` pairs, without their Arrow arrays: what a
+    pipeline step of a user's own outputs, which the spill converts itself."""
+    return [list(element) for element in elements]
+
+
+@settings(max_examples=25, deadline=None)
+@given(shards=st.integers(1, 9), cuts=st.lists(st.integers(0, len(PAGES)), max_size=3))
+def test_converted_rows_spill_as_the_same_rows_converted_by_the_spill(tmp_path_factory, shards, cuts):
+    # A spill buffers converted rows as their arrays and puts them in shard order once, when it writes;
+    # rows without arrays it converts itself. Both give each (table, shard) file the same rows in order,
+    # however the documents came in elements.
+    tmp_path = tmp_path_factory.mktemp("spills")
+    config = ChunkConfig()
+    bounds = [0, *sorted(cuts), len(PAGES)]
+    elements = [
+        element
+        for start, stop in zip(bounds, bounds[1:])
+        if start < stop
+        for element in run_bundle(DocumentChunker(config, "strict", ()), [PAGES[start:stop]])
+    ]
+    assert any(getattr(element, "arrays", None) is not None for element in elements)
+    converted, converted_bytes = spilled(tmp_path, "converted", elements, shards)
+    plain, plain_bytes = spilled(tmp_path, "plain", as_plain_rows(elements), shards)
+    assert sorted(converted) == sorted(plain)
+    for key in plain:
+        assert converted[key].equals(plain[key])
+    assert converted_bytes == plain_bytes
+
+
+def test_a_spill_of_converted_and_plain_rows_holds_each_row_once(tmp_path):
+    config = ChunkConfig()
+    elements = one_at_a_time(config, PAGES)
+    mixed = [element if number % 2 else list(element) for number, element in enumerate(elements)]
+    spilled_mixed, _ = spilled(tmp_path, "mixed", mixed)
+    spilled_plain, _ = spilled(tmp_path, "plain", as_plain_rows(elements))
+    assert sorted(spilled_mixed) == sorted(spilled_plain)
+    for key, table in spilled_plain.items():
+        columns = table.column_names
+        assert sorted(spilled_mixed[key].to_pylist(), key=repr) == sorted(table.to_pylist(), key=repr)
+        assert spilled_mixed[key].column_names == columns

@@ -147,7 +147,10 @@ def shards(draw):
                 new_rows.append(next(r for r in previous_rows if r["chunk_id"] == f"{doc_id}#{index}"))
             else:
                 new_rows.append(chunk_row(doc_id, index, draw(words), draw(st.sampled_from(["Intro", "Use"]))))
-    new_rows = draw(st.permutations(new_rows))
+    if draw(st.booleans()):
+        new_rows = draw(st.permutations(new_rows))
+    else:  # a full rebuild's spills: rows of consecutive documents, in key order
+        new_rows.sort(key=lambda row: (row["doc_id"], row["chunk_index"]))
     cuts = sorted(draw(st.lists(st.integers(0, len(new_rows)), max_size=4)))
     bounds = [0, *cuts, len(new_rows)]
     spills = [chunks_table(new_rows[start:stop]) for start, stop in zip(bounds, bounds[1:])]
@@ -184,6 +187,29 @@ def test_bounded_rows_are_the_sorted_unique_rows(shard):
     keys = expected.select(list(CHUNKS_KEY)).to_pylist()
     assert len({tuple(key.values()) for key in keys}) == len(keys)  # no retried copy survives
     assert_row_groups_follow_the_rule([group.num_rows for group in groups], expected, row_group_rows, row_group_bytes)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_rows_taken_from_a_source_as_a_slice_or_positions_are_the_rows_take_gives(data):
+    from chunkline.dataset.merge import _rows_taken, _taken
+
+    rows = data.draw(st.lists(st.text(alphabet="ab", max_size=3), min_size=1, max_size=12))
+    table = pa.table({"value": rows, "number": list(range(len(rows)))})
+    if data.draw(st.booleans()):
+        start = data.draw(st.integers(0, len(rows) - 1))
+        positions = list(range(start, data.draw(st.integers(start + 1, len(rows)))))
+    else:
+        positions = sorted(data.draw(st.lists(st.integers(0, len(rows) - 1), min_size=1, unique=True)))
+    taken = _rows_taken(np.array(positions, np.int64))
+    consecutive = positions == list(range(positions[0], positions[0] + len(positions)))
+    assert isinstance(taken, slice) == consecutive
+    assert _taken(table, taken).equals(table.take(pa.array(positions)))
+    # Positions out of order (from a source whose rows were not in key order) are never a slice, even when
+    # their first and last are as far apart as a slice's would be.
+    if len(positions) > 2:
+        shuffled = np.array([positions[0], positions[2], positions[1], *positions[3:]], np.int64)
+        assert not isinstance(_rows_taken(shuffled), slice)
 
 
 def assert_row_groups_follow_the_rule(group_rows: list[int], table: pa.Table, row_group_rows: int, row_group_bytes):

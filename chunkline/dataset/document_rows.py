@@ -16,7 +16,6 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -331,21 +330,30 @@ class _Problem(Exception):
         self.message = message
 
 
-@contextmanager
-def _failures_as_problems(stage: str, what_failed: str | None = None) -> Iterator[None]:
+class _failures_as_problems:  # noqa: N801 (used as a context manager, as contextlib's are)
     """Any exception in the block becomes a :class:`_Problem` of ``stage``: the error's type, and its
     message on one line, after ``what_failed`` when given (a strategy's errors speak for themselves). So
-    does a Rust extension's panic (a ``BaseException``); an interrupt or exit request is not caught."""
-    try:
-        yield
-    except _Problem:
-        raise
-    except BaseException as error:
+    does a Rust extension's panic (a ``BaseException``); an interrupt or exit request is not caught.
+
+    A class rather than a generator-based context manager: it is entered four times per document."""
+
+    __slots__ = ("stage", "what_failed")
+
+    def __init__(self, stage: str, what_failed: str | None = None):
+        self.stage = stage
+        self.what_failed = what_failed
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, error_type: type[BaseException] | None, error: BaseException | None, traceback: Any) -> bool:
+        if error is None or isinstance(error, _Problem):
+            return False
         if not isinstance(error, Exception) and not is_rust_panic(error):
-            raise
+            return False
         detail = " ".join(str(error).split()) or type(error).__name__
-        message = f"{what_failed}: {detail}" if what_failed else detail
-        raise _Problem(stage, type(error).__name__, message) from None
+        message = f"{self.what_failed}: {detail}" if self.what_failed else detail
+        raise _Problem(self.stage, type(error).__name__, message) from None
 
 
 def _rows_as_arrays(rows: DocumentRows, row_types: dict[str, pa.StructType]) -> dict[str, pa.StructArray]:

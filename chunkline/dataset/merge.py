@@ -486,7 +486,7 @@ def sorted_row_groups_and_sizes(
         group_sources = source_of[start:end]
         group_rows = row_of[start:end]
         taken = [
-            (read, pa.array(group_rows[where]), where)
+            (read, _rows_taken(group_rows[where]), where)
             for index, read in enumerate(sources)
             if len(where := np.flatnonzero(group_sources == index))
         ]
@@ -498,7 +498,7 @@ def sorted_row_groups_and_sizes(
         order = pa.array(order)
         columns: dict[str, pa.Array] = {}
         for names in groups:
-            pieces = [read().select(names).take(rows) for read, rows, _ in taken]
+            pieces = [_taken(read().select(names), rows) for read, rows, _ in taken]
             for name in names:
                 gathered = pa.concat_arrays([array for piece in pieces for array in piece.column(name).chunks])
                 pieces = [piece.drop_columns([name]) for piece in pieces]
@@ -510,6 +510,23 @@ def sorted_row_groups_and_sizes(
         release()  # the pieces and the unordered columns, before the table is encoded
         yield table, ordered_sizes[start:end]
         del table
+
+
+def _rows_taken(rows: np.ndarray) -> slice | pa.Array:
+    """The rows a row group takes from a source (positions, ascending): a slice when they are consecutive,
+    as a full rebuild's are (its spills hold the rows of consecutive documents), else their positions."""
+    first = int(rows[0])
+    if int(rows[-1]) - first == len(rows) - 1 and (len(rows) == 1 or bool((np.diff(rows) == 1).all())):
+        return slice(first, first + len(rows))
+    return pa.array(rows)
+
+
+def _taken(table: pa.Table, rows: slice | pa.Array) -> pa.Table:
+    """The ``rows`` (:func:`_rows_taken`) of ``table``: a slice is a view (the gathering that follows copies
+    it once), positions a copy."""
+    if isinstance(rows, slice):
+        return table.slice(rows.start, rows.stop - rows.start)
+    return table.take(rows)
 
 
 def _column_groups(column_bytes: dict[str, int], groups: int) -> list[list[str]]:

@@ -183,7 +183,9 @@ class SpillRows(BundleStep):
         self._spill_id: str | None = None
         """The id of the buffered rows' spill (None while nothing is buffered)."""
         self._rows: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
-        self._arrays: dict[tuple[str, int], list[pa.StructArray]] = defaultdict(list)
+        self._arrays: dict[str, list[tuple[pa.StructArray, np.ndarray]]] = defaultdict(list)
+        """Table -> its converted rows as they came, each array with the shard of each of its rows: put in
+        shard order once per spill (one ``take`` for all the buffered rows of a table, not one per element)."""
         self._buffered_bytes = 0
         self._in_flight: threading.Thread | None = None
         self._spill_failure: list[BaseException] = []
@@ -195,8 +197,11 @@ class SpillRows(BundleStep):
             self._spill_id = uuid.uuid4().hex
             yield self._spill_id
         arrays = getattr(element, "arrays", None)
-        shards = self._row_shards(element) if arrays is not None else None
-        if shards is None:
+        if arrays is not None and all(array.type == self._row_types.get(table) for table, array in arrays.items()):
+            self._buffer_converted(element, arrays)
+        else:
+            # Rows not converted to this run's columns (a chunker configured with other front-matter
+            # columns, or rows a pipeline step of its own made) are converted when they are spilled.
             for table, row in element:
                 if table not in ROW_TABLES:
                     raise ValueError(f"row for unknown table {table!r}")
@@ -204,37 +209,32 @@ class SpillRows(BundleStep):
                 self._rows[(table, row_shard)].append(row)
                 self._buffered_bytes += size
                 self.shard_bytes[row_shard] += size
-        else:
-            for table, array in arrays.items():
-                if table not in ROW_TABLES:
-                    raise ValueError(f"row for unknown table {table!r}")
-                for shard, rows_of_shard in _split_by_shard(array, shards[table]):
-                    self._arrays[(table, shard)].append(rows_of_shard)
-            for (_, row), shard in zip(element, shards[""]):
-                size = row_size(row)
-                self._buffered_bytes += size
-                self.shard_bytes[shard] += size
         if self._buffered_bytes >= self._settings.spill_bytes:
             self._spill()
 
-    def _row_shards(self, element: Any) -> dict[str, list[int]] | None:
-        """The shard of each row of converted rows (one document's or a batch's), per table in the order of
-        its array, and under ``""`` in the order of the element's pairs; None when the rows are not
-        converted to this run's columns (a chunker configured with other front-matter columns), and are
-        then converted here."""
-        if any(array.type != self._row_types.get(table) for table, array in element.arrays.items()):
-            return None
+    def _buffer_converted(self, element: list[tuple[str, dict[str, Any]]], arrays: dict[str, pa.StructArray]) -> None:
+        """Buffer converted rows (one document's or a batch's) as their arrays, with the shard of each row:
+        per table in the order of its array, which is the order of that table's pairs in the element."""
+        for table in arrays:
+            if table not in ROW_TABLES:
+                raise ValueError(f"row for unknown table {table!r}")
         shard_count = self._settings.shards
         by_doc_id: dict[str, int] = {}
         shards: dict[str, list[int]] = defaultdict(list)
+        bytes_of_shard = [0] * shard_count
         for table, row in element:
             doc_id = row["doc_id"]
             shard = by_doc_id.get(doc_id)
             if shard is None:
                 shard = by_doc_id[doc_id] = shard_of(doc_id, shard_count)
             shards[table].append(shard)
-            shards[""].append(shard)
-        return shards
+            bytes_of_shard[shard] += row_size(row)
+        for table, array in arrays.items():
+            self._arrays[table].append((array, np.array(shards[table], np.int64)))
+        for shard, size in enumerate(bytes_of_shard):
+            if size:
+                self._buffered_bytes += size
+                self.shard_bytes[shard] += size
 
     def finish_bundle(self) -> None:
         self._spill(last=True)
@@ -257,7 +257,12 @@ class SpillRows(BundleStep):
         self._rows = defaultdict(list)
         self._arrays = defaultdict(list)
         self._buffered_bytes = 0
-        files = [key for key in sorted(set(rows) | set(arrays)) if rows.get(key) or arrays.get(key)]
+        converted_files = {
+            (table, int(shard))
+            for table, pieces in arrays.items()
+            for shard in np.unique(np.concatenate([shards for _, shards in pieces]))
+        }
+        files = sorted(converted_files | {key for key, table_rows in rows.items() if table_rows})
         if self._background:
             self._wait_for_spill()
             if not last:
@@ -284,12 +289,20 @@ class SpillRows(BundleStep):
         spill_id: str | None,
         files: list[tuple[str, int]],
         rows: dict[tuple[str, int], list[dict[str, Any]]],
-        arrays: dict[tuple[str, int], list[pa.StructArray]],
+        arrays: dict[str, list[tuple[pa.StructArray, np.ndarray]]],
         raise_errors: bool = False,
     ) -> None:
         try:
+            by_shard: dict[tuple[str, int], pa.StructArray] = {}
             for table_name, shard in files:
-                pieces = arrays.pop((table_name, shard), [])
+                if table_name in arrays:  # the table's converted rows, put in shard order
+                    by_shard.update(
+                        ((table_name, table_shard), rows_of_shard)
+                        for table_shard, rows_of_shard in _split_by_shard(arrays.pop(table_name))
+                    )
+                rows_of_shard = by_shard.pop((table_name, shard), None)
+                pieces = [] if rows_of_shard is None else [rows_of_shard]
+                del rows_of_shard
                 table_rows = rows.pop((table_name, shard), None)
                 if table_rows:
                     # Arrow's typed conversion checks every value against its column's type.
@@ -312,19 +325,24 @@ class SpillRows(BundleStep):
             self._spill_failure.append(error)
 
 
-def _split_by_shard(array: pa.StructArray, shards: list[int]) -> Iterator[tuple[int, pa.StructArray]]:
-    """``(shard, its rows of array)`` for each shard of ``shards`` (the shard of each row), the rows of a
-    shard in their order in ``array``. One ``take`` puts the rows in shard order and each shard's rows are a
-    slice of it: a take per shard costs about three times as much for a batch's rows over eight shards."""
-    if not shards:
+def _split_by_shard(pieces: list[tuple[pa.StructArray, np.ndarray]]) -> Iterator[tuple[int, pa.StructArray]]:
+    """``(shard, its rows)`` for each shard of the rows of ``pieces`` (arrays of one table, each with the
+    shard of each of its rows), the rows of a shard in their order in the pieces. One ``take`` puts the rows
+    in shard order and each shard's rows are a slice of it: a take per shard costs about three times as
+    much over eight shards, and a take per piece (a batch of documents) adds a call's cost per batch."""
+    arrays = [array for array, _ in pieces]
+    shard_of_row = np.concatenate([shards for _, shards in pieces])
+    if not len(shard_of_row):
         return
-    first = shards[0]
-    if shards.count(first) == len(shards):
-        yield first, array
+    array = arrays[0] if len(arrays) == 1 else pa.concat_arrays(arrays)
+    del arrays
+    first = shard_of_row[0]
+    if (shard_of_row == first).all():
+        yield int(first), array
         return
-    shard_of_row = np.asarray(shards, np.int64)
     order = np.argsort(shard_of_row, kind="stable")
     in_order = array.take(pa.array(order))
+    del array
     ordered_shards = shard_of_row[order]
     starts = np.flatnonzero(np.diff(ordered_shards, prepend=-1))
     for start, end in zip(starts.tolist(), [*starts[1:].tolist(), len(order)]):
