@@ -600,6 +600,7 @@ def run_pipeline(
     try:
         previous = _previous_state(config)
         plan = _plan(config, previous, listing)
+        del listing  # the plan holds what is read: the listing's other rows need not outlive it
         logger.info("chunkline: run %s, %s rebuild: %s", run_id, plan.mode, plan.reason)
         if plan.documents_before is not None and plan.documents_deleted is not None:
             refuse_mass_deletion(config, plan.documents_deleted, plan.documents_before, plan)

@@ -26,6 +26,7 @@ from fsspec.core import url_to_fs
 
 from chunkline.dataset.inputs import FileProblem, SourceFile
 from chunkline.dataset.layout import listing_path
+from chunkline.dataset.listed_files import ListedDocuments
 from chunkline.dataset.storage import read_file_bytes, storage_call, storage_url, write_file_atomically
 
 __all__ = [
@@ -71,21 +72,37 @@ def largest_first(matched: list[tuple[str, list[SourceFile]]]) -> list[tuple[str
 
 def write_listing(
     staging_url: str,
-    matched: Sequence[tuple[str, list[SourceFile]]],
+    matched: ListedDocuments | Sequence[tuple[str, list[SourceFile]]],
     storage_options: dict | None = None,
     secrets: tuple[str, ...] = (),
 ) -> str:
     """Stage ``matched`` in the run's staging area ``staging_url``, :func:`largest_first`; returns the file's
-    URL (for :func:`read_listing`)."""
+    URL (for :func:`read_listing`). The order is found with Arrow and the lines are written a batch at a
+    time: a listing of millions of documents is never held as Python values or as one string."""
     fs, root = url_to_fs(staging_url, **(storage_options or {}))
     path = listing_path(root)
-    lines = [
-        json.dumps([doc_id, [_file_fields(source) for source in files]], ensure_ascii=False)
-        for doc_id, files in largest_first(list(matched))
-    ]
-    data = "".join(line + "\n" for line in lines).encode("utf-8", "surrogatepass")
-    write_file_atomically(fs, path, data, secrets=secrets)
+    documents = ListedDocuments.of_pairs(matched)
+    order = documents.largest_first_order()
+
+    def pieces() -> Iterator[bytes]:
+        lines: list[str] = []
+        for doc_id, files in documents.pairs(order):
+            lines.append(json.dumps([doc_id, [_file_fields(source) for source in files]], ensure_ascii=False))
+            if len(lines) == _LINES_PER_PIECE:
+                yield _encoded(lines)
+                lines = []
+        if lines:
+            yield _encoded(lines)
+
+    write_file_atomically(fs, path, pieces, secrets=secrets)
     return listing_path(staging_url)
+
+
+_LINES_PER_PIECE = 4096
+
+
+def _encoded(lines: list[str]) -> bytes:
+    return "".join(line + "\n" for line in lines).encode("utf-8", "surrogatepass")
 
 
 def read_listing(url: str, storage_options: dict | None = None, secrets: tuple[str, ...] = ()) -> Listing:
