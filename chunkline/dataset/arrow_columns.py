@@ -78,7 +78,8 @@ def numpy_values(array: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """The values of an integer or boolean ``array`` without nulls, as numpy (``Array.to_numpy`` imports
     pandas)."""
     if isinstance(array, pa.ChunkedArray):
-        array = array.combine_chunks()
+        parts = [numpy_values(chunk) for chunk in array.chunks]
+        return np.concatenate(parts) if parts else numpy_values(pa.nulls(0, array.type))
     if array.null_count:
         raise ValueError("numpy_values takes an array without nulls")
     data = array.buffers()[1]

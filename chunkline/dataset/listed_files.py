@@ -37,7 +37,7 @@ __all__ = [
     "listed_files_batch",
     "listed_files_table",
     "source_files_of",
-    "take_columns",
+    "take_rows",
 ]
 
 LISTED_FILES_SCHEMA = pa.schema(
@@ -132,7 +132,9 @@ def listed_files_table(sources: Iterable[SourceFile]) -> pa.Table:
     iterator = iter(sources)
     batches = []
     while batch := list(itertools.islice(iterator, BATCH_ROWS)):
-        batches.append(listed_files_batch(batch))
+        # Copied into Arrow's memory pool: the rows outlive the batch's Python values, and kept apart
+        # from them, the heap those used is free again for the next batch's.
+        batches.append(pa.concat_batches([listed_files_batch(batch)]))
     return pa.Table.from_batches(batches, schema=LISTED_FILES_SCHEMA)
 
 
@@ -177,12 +179,15 @@ def source_files_of(rows: pa.Table | pa.RecordBatch) -> list[SourceFile]:
 
 class ListedDocuments:
     """``(doc_id, files)`` pairs held as Arrow rows: the files of pair ``i`` are rows
-    ``starts[i]:starts[i + 1]`` of ``files`` (:data:`LISTED_FILES_SCHEMA`), and a pair's doc_id is its
-    first file's. Iterating gives the pairs in order, made :data:`BATCH_ROWS` rows at a time."""
+    ``rows[starts[i]:starts[i + 1]]`` of ``files`` (:data:`LISTED_FILES_SCHEMA`; ``rows`` None: the rows
+    in their order), and a pair's doc_id is its first file's. The rows are never copied to put them in
+    order: ``rows`` is that order. Iterating gives the pairs in order, made :data:`BATCH_ROWS` rows at a
+    time."""
 
-    def __init__(self, files: pa.Table, starts: np.ndarray):
+    def __init__(self, files: pa.Table, starts: np.ndarray, rows: np.ndarray | None = None):
         self.files = files
         self.starts = np.asarray(starts, dtype=np.int64)
+        self.rows = rows
 
     @classmethod
     def empty(cls) -> ListedDocuments:
@@ -206,33 +211,53 @@ class ListedDocuments:
         return cls(table, starts)
 
     @classmethod
-    def by_doc_id(cls, files: pa.Table, singles: Sequence[SourceFile] = (), *, sorted_already: bool = False):
-        """The rows of ``files`` grouped by doc_id, each group's files in their order in ``files``, and
-        each of ``singles`` a pair of its own after any group of the same doc_id: every pair sorted by
-        doc_id. With ``sorted_already`` (``files`` is sorted by doc_id) and no ``singles``, the pairs
-        share ``files``' rows instead of copying them."""
-        rows = files.num_rows
-        single = None
-        if singles or not sorted_already:
-            if singles:
-                files = pa.concat_tables([files, pa.Table.from_batches([listed_files_batch(list(singles))])])
-            order = pc.sort_indices(files, sort_keys=[("doc_id", "ascending")])  # a stable sort
-            files = files.take(order)
-            if singles:
-                single = np.zeros(files.num_rows, dtype=bool)
-                single[rows:] = True
-                single = single[numpy_values(order)]
+    def by_doc_id(
+        cls,
+        files: pa.Table,
+        singles: Sequence[SourceFile] = (),
+        *,
+        then_by: tuple[str, ...] = (),
+        rank: np.ndarray | None = None,
+    ) -> ListedDocuments:
+        """The rows of ``files`` grouped by doc_id, sorted by doc_id: each group's files in their order in
+        ``files``, or by the columns ``then_by``, or by ``rank`` (a number per row); each of ``singles`` a
+        pair of its own after any group of the same doc_id."""
         count = files.num_rows
-        if count == 0:
+        keys = ["doc_id", *then_by]
+        table = files.select(keys)
+        if rank is not None or singles:
+            numbers = np.arange(count, dtype=np.int64) if rank is None else np.asarray(rank, dtype=np.int64)
+            table = table.append_column("rank", pa.chunked_array([_int64_array(numbers)]))
+            keys.append("rank")
+        if singles:
+            single_rows = pa.concat_batches([listed_files_batch(list(singles))])
+            files = pa.concat_tables([files, pa.Table.from_batches([single_rows])])
+            single_keys = pa.table(
+                [single_rows.column("doc_id"), *(single_rows.column(name) for name in then_by)],
+                names=["doc_id", *then_by],
+            ).append_column("rank", _int64_array(np.arange(len(singles), dtype=np.int64) + count))
+            table = pa.concat_tables([table, single_keys])
+        total = files.num_rows
+        if total == 0:
             return cls(files, np.zeros(1, np.int64))
-        ids = files.column("doc_id")
-        new_group = np.ones(count, dtype=bool)
-        if count > 1:
-            new_group[1:] = numpy_values(pc.not_equal(ids.slice(1), ids.slice(0, count - 1)))
-            if single is not None:
+        rows = numpy_values(pc.sort_indices(table, sort_keys=[(key, "ascending") for key in keys]))  # stable
+        del table
+        new_group = np.ones(total, dtype=bool)
+        doc_ids = files.select(["doc_id"])
+        for start in range(0, total, BATCH_ROWS):
+            # The doc_ids in order a batch at a time (with the one before), never a sorted copy of them all.
+            before = max(start - 1, 0)
+            ids = _one_array(take_rows(doc_ids, rows[before : start + BATCH_ROWS]).column(0))
+            if len(ids) > 1:
+                new_group[before + 1 : start + BATCH_ROWS] = numpy_values(
+                    pc.not_equal(ids.slice(1), ids.slice(0, len(ids) - 1))
+                )
+        if total > 1:
+            if singles:
+                single = rows >= count
                 new_group[1:] |= single[1:] | single[:-1]
-        starts = np.append(np.flatnonzero(new_group), count).astype(np.int64)
-        return cls(files, starts)
+        starts = np.append(np.flatnonzero(new_group), total).astype(np.int64)
+        return cls(files, starts, rows)
 
     def __len__(self) -> int:
         return len(self.starts) - 1
@@ -251,6 +276,11 @@ class ListedDocuments:
     def __repr__(self) -> str:
         return f"ListedDocuments({len(self)} documents, {self.files.num_rows} files)"
 
+    def first_rows(self) -> np.ndarray:
+        """The row of ``files`` of each pair's first file, in order."""
+        positions = self.starts[:-1]
+        return positions if self.rows is None else self.rows[positions]
+
     def doc_ids(self) -> pa.Array:
         """Each pair's doc_id, in order (a string array: doc_ids are valid UTF-8)."""
         return self._firsts("doc_id").cast(pa.string())
@@ -260,8 +290,7 @@ class ListedDocuments:
         return self._firsts("size_bytes")
 
     def _firsts(self, name: str) -> pa.Array:
-        column = self.files.column(name)
-        return column.take(_int64_array(self.starts[:-1])).combine_chunks()
+        return _one_array(take_rows(self.files.select([name]), self.first_rows()).column(0))
 
     def pairs(self, order: np.ndarray | None = None) -> Iterator[tuple[str, list[SourceFile]]]:
         """The pairs in order, or in ``order`` (pair numbers) when given, made a batch of rows at a time."""
@@ -274,15 +303,13 @@ class ListedDocuments:
             take = max(1, int(np.searchsorted(np.cumsum(batch_lengths), BATCH_ROWS, side="right")))
             chosen = groups[position : position + take]
             chosen_lengths = lengths[chosen]
-            if order is None:
-                rows = self.files.slice(int(self.starts[chosen[0]]), int(chosen_lengths.sum()))
-            else:
-                ends = np.cumsum(chosen_lengths)
-                row_numbers = np.arange(int(ends[-1]), dtype=np.int64) + np.repeat(
-                    self.starts[chosen] - (ends - chosen_lengths), chosen_lengths
-                )
-                rows = self.files.take(_int64_array(row_numbers))
-            sources = source_files_of(rows)
+            ends = np.cumsum(chosen_lengths)
+            row_numbers = np.arange(int(ends[-1]), dtype=np.int64) + np.repeat(
+                self.starts[chosen] - (ends - chosen_lengths), chosen_lengths
+            )
+            if self.rows is not None:
+                row_numbers = self.rows[row_numbers]
+            sources = source_files_of(take_rows(self.files, row_numbers))
             offset = 0
             for length in chosen_lengths.tolist():
                 group = sources[offset : offset + length]
@@ -293,21 +320,40 @@ class ListedDocuments:
     def largest_first_order(self) -> np.ndarray:
         """The pair numbers largest first file first, then by doc_id; unknown sizes after every known one
         (:func:`chunkline.dataset.listing.largest_first`'s order)."""
-        keys = pa.table([pc.fill_null(self.first_sizes(), -1), self._firsts("doc_id")], names=["size", "doc_id"])
+        keys = pa.table(
+            [pc.fill_null(self.first_sizes(), int64_array([-1])[0]), self._firsts("doc_id")], names=["size", "doc_id"]
+        )
         return numpy_values(pc.sort_indices(keys, sort_keys=[("size", "descending"), ("doc_id", "ascending")]))
 
 
-def take_columns(columns: list[pa.ChunkedArray], indices: pa.Array, schema: pa.Schema) -> pa.Table:
-    """The table of ``columns`` (of ``schema``) with the rows at ``indices``, taken a column at a time; each
-    of ``columns`` is let go of (the list emptied) once taken, so that with no other reference to them
-    the rows are held about once, not twice."""
-    taken = []
-    for position in range(len(columns)):
-        column, columns[position] = columns[position], None
-        taken.append(column.take(indices).combine_chunks())
-        del column
-    columns.clear()
-    return pa.table(taken, schema=schema)
+def take_rows(table: pa.Table, rows: np.ndarray) -> pa.Table:
+    """``table.take(rows)``, one chunk at a time: Arrow's own take joins a column's chunks into one copy
+    first, which for a listing of millions of files is a copy of the listing per call."""
+    rows = np.asarray(rows, dtype=np.int64)
+    batches = [batch for batch in table.to_batches() if batch.num_rows]
+    if len(batches) <= 1:
+        single = pa.Table.from_batches(batches, schema=table.schema)
+        return single.take(_int64_array(rows)) if batches else single.slice(0, 0)
+    starts = np.cumsum([0] + [batch.num_rows for batch in batches])
+    chunk = np.searchsorted(starts, rows, side="right") - 1
+    by_chunk = np.argsort(chunk, kind="stable")
+    sorted_chunks = chunk[by_chunk]
+    pieces = []
+    for number in np.unique(sorted_chunks).tolist():
+        low, high = np.searchsorted(sorted_chunks, [number, number + 1])
+        local = rows[by_chunk[low:high]] - starts[number]
+        pieces.append(batches[number].take(_int64_array(local)))
+    gathered = pa.Table.from_batches(pieces, schema=table.schema).combine_chunks()
+    inverse = np.empty_like(by_chunk)
+    inverse[by_chunk] = np.arange(len(by_chunk), dtype=by_chunk.dtype)
+    return gathered.take(_int64_array(inverse))
+
+
+def _one_array(column: pa.ChunkedArray) -> pa.Array:
+    """``column`` as one array (``combine_chunks`` of no chunks imports pandas)."""
+    if column.num_chunks == 1:
+        return column.chunk(0)
+    return pa.concat_arrays(column.chunks) if column.num_chunks else pa.nulls(0, column.type)
 
 
 def _int64_array(values: np.ndarray) -> pa.Array:

@@ -52,7 +52,7 @@ from fsspec.core import url_to_fs
 from fsspec.implementations.local import LocalFileSystem
 
 from chunkline.dataset import inputs
-from chunkline.dataset.arrow_columns import bool_array, empty_table, int64_array, string_array
+from chunkline.dataset.arrow_columns import bool_array, empty_table, int64_array, numpy_values, string_array
 from chunkline.dataset.inputs import UNLISTED_FOLDER, SourceFile
 from chunkline.dataset.layout import keep_plan_path
 from chunkline.dataset.listed_files import (
@@ -60,7 +60,7 @@ from chunkline.dataset.listed_files import (
     ListedDocuments,
     listed_files_table,
     source_files_of,
-    take_columns,
+    take_rows,
 )
 from chunkline.dataset.merge import (
     CARRIED_SCHEMA,
@@ -114,10 +114,11 @@ class PublishRefusedError(RuntimeError):
 class InputListing:
     """What the driver found in the inputs: the one listing that both the plan and the pipeline use."""
 
-    files: pa.Table = field(default_factory=lambda: empty_table(LISTED_FILES_SCHEMA))
-    """Every file matched (:data:`~chunkline.dataset.listed_files.LISTED_FILES_SCHEMA`, one row each),
-    sorted by doc_id, the files of one doc_id in input order (several when inputs share a doc_id); files
-    that will be error rows (a name out of the root, a link out of it) included."""
+    documents: ListedDocuments = field(default_factory=ListedDocuments.empty)
+    """Every listed (doc_id, files) pair, sorted by doc_id, each doc_id's files in input order (several
+    when inputs share a doc_id): Arrow rows, one per file
+    (:data:`~chunkline.dataset.listed_files.LISTED_FILES_SCHEMA`), files that will be error rows (a name
+    out of the root, a link out of it) included; folder error rows left out."""
     unlisted: list[SourceFile] = field(default_factory=list)
     """One error row per folder below an input that could not be listed (``problem.error_type`` is
     ``UnlistableFolder``; its ``source_uri`` is the folder's URL)."""
@@ -135,30 +136,34 @@ class InputListing:
                 else:
                     yield source
 
-        table = listed_files_table(files())
-        return cls(table.take(pc.sort_indices(table, sort_keys=[("doc_id", "ascending")])), unlisted)
+        return cls(ListedDocuments.by_doc_id(listed_files_table(files())), unlisted)
 
-    def documents(self) -> ListedDocuments:
-        """Every listed (doc_id, files) pair, sorted by doc_id (folder error rows left out), sharing
-        :attr:`files`' rows."""
-        return ListedDocuments.by_doc_id(self.files, sorted_already=True)
+    @property
+    def files(self) -> pa.Table:
+        """Every listed file, one row each, in the order listed."""
+        return self.documents.files
 
     def doc_ids(self) -> pa.Array:
         """Every listed doc_id once, sorted (folder error rows left out)."""
-        return self.documents().doc_ids()
+        return self.documents.doc_ids()
 
     def groups(self) -> ListedDocuments:
         """Every (doc_id, files) pair to read, folder error rows included, sorted by doc_id."""
         if not self.unlisted:
-            return self.documents()
-        return ListedDocuments.by_doc_id(self.files, self.unlisted, sorted_already=True)
+            return self.documents
+        documents = self.documents
+        rank = np.empty(documents.files.num_rows, dtype=np.int64)
+        order = np.arange(documents.files.num_rows) if documents.rows is None else documents.rows
+        rank[order] = np.arange(len(order), dtype=np.int64)
+        return ListedDocuments.by_doc_id(documents.files, self.unlisted, rank=rank)
 
 
 def list_inputs(config: RunConfig) -> InputListing:
     """List every input once, before the pipeline starts (a transient storage error is retried).
 
-    The files come into Arrow rows a batch at a time as they are listed: the driver never holds a Python
-    object per file of the corpus.
+    The files come into Arrow rows a batch at a time as they are listed, in the order each input's walk
+    finds them, and are put in order by an index, not copied: the driver never holds a Python object per
+    file of the corpus, nor its listing twice.
 
     Raises :class:`PublishRefusedError` for an input whose root is missing or cannot be listed, and for
     one that matches no file: publishing what the other inputs hold would delete every document of it."""
@@ -177,16 +182,8 @@ def list_inputs(config: RunConfig) -> InputListing:
         tables.append(files)
         unlisted += sorted(folders, key=lambda folder: folder.doc_id)  # as match_input orders them
     files = pa.concat_tables(tables) if tables else empty_table(LISTED_FILES_SCHEMA)
-    del tables
-    # Sorted once, by doc_id and then in input order (inputs in turn, each sorted by path, as match_input
-    # yields them): the plan's and the pipeline's pairs are runs of these rows, never a copy of them.
-    order = pc.sort_indices(
-        files, sort_keys=[("doc_id", "ascending"), ("input_index", "ascending"), ("path", "ascending")]
-    )
-    columns = [files.column(name) for name in files.column_names]
-    schema = files.schema
-    del files
-    return InputListing(take_columns(columns, order, schema), unlisted)
+    # By doc_id, then in input order: inputs in turn, each sorted by path, as match_input yields them.
+    return InputListing(ListedDocuments.by_doc_id(files, then_by=("input_index", "path")), unlisted)
 
 
 def _listed_in_walk_order(url: str, input_index: int, config: InputConfig) -> tuple[pa.Table, list[SourceFile]]:
@@ -394,16 +391,13 @@ def plan_rebuild(
     to_hash = pc.and_(candidate, pc.invert(trusted))
     hashed_ids = listed.column("doc_id").filter(to_hash)
     unchanged_bytes = _unchanged_bytes(
-        listing.files.take(first_rows.filter(to_hash)),
+        take_rows(listing.files, numpy_values(first_rows.filter(to_hash))),
         previous_table.column("content_sha256").take(position.filter(to_hash)),
         config,
     )
     carried_mask = pc.or_(trusted, pc.is_in(listed.column("doc_id"), value_set=unchanged_bytes))
-    chunked_ids = listed_ids.filter(pc.invert(carried_mask))
-    to_chunk = ListedDocuments.by_doc_id(
-        listing.files.filter(pc.is_in(listing.files.column("doc_id"), value_set=chunked_ids.cast(pa.binary()))),
-        listing.unlisted,
-    )
+    chunked = _rows_of(listing.documents, pc.invert(carried_mask))
+    to_chunk = ListedDocuments.by_doc_id(take_rows(listing.files, chunked), listing.unlisted)
     kept = _kept_under_unlisted(listing, previous_table, listed_ids)
     total = len(listed_ids)
     # With documents kept for a folder that could not be listed, only this run can keep them: never full.
@@ -480,18 +474,19 @@ def _planned_columns(documents: pa.Table) -> pa.Table:
 
 
 def _listed_table(listing: InputListing) -> tuple[pa.Table, pa.Array]:
-    """(the listing, one row per listed doc_id in the order first listed: its first file's ``source_uri``,
-    size and metadata, and ``sole`` (only one file holds the doc_id and it has no problem); the row of
-    ``listing.files`` of each one's first file)."""
-    documents = listing.documents()
-    ids = documents.doc_ids()
-    first = _as_int64(documents.starts[:-1])
-    counts = np.diff(documents.starts)
-    firsts = listing.files.take(first)
-    sole = pc.and_(pc.equal(_as_int64(counts), int64_array([1])[0]), pc.is_null(firsts.column("problem_stage")))
+    """(the listing, one row per listed doc_id, sorted: its first file's ``source_uri``, size and metadata,
+    and ``sole`` (only one file holds the doc_id and it has no problem); the row of ``listing.files`` of
+    each one's first file)."""
+    documents = listing.documents
+    first = documents.first_rows()
+    names = ["doc_id", "source_uri", "size_bytes", "modified_time", "mtime_ns", "etag", "version", "problem_stage"]
+    firsts = take_rows(listing.files.select(names), first)
+    sole = pc.and_(
+        pc.equal(_as_int64(np.diff(documents.starts)), int64_array([1])[0]), pc.is_null(firsts.column("problem_stage"))
+    )
     table = pa.table(
         [
-            ids,
+            firsts.column("doc_id").cast(pa.string()),
             firsts.column("source_uri").cast(pa.string()),
             firsts.column("size_bytes"),
             firsts.column("modified_time"),
@@ -502,7 +497,19 @@ def _listed_table(listing: InputListing) -> tuple[pa.Table, pa.Array]:
         ],
         schema=_LISTED_SCHEMA,
     )
-    return table.combine_chunks(), first
+    return table.combine_chunks(), _as_int64(first)
+
+
+def _rows_of(documents: ListedDocuments, chosen: pa.Array) -> np.ndarray:
+    """The rows of ``documents.files`` of the pairs ``chosen`` (a mask over the pairs), in the pairs'
+    order."""
+    picked = np.flatnonzero(numpy_values(pc.fill_null(chosen, _FALSE)))
+    lengths = np.diff(documents.starts)[picked]
+    ends = np.cumsum(lengths)
+    positions = np.arange(int(ends[-1]) if len(ends) else 0, dtype=np.int64) + np.repeat(
+        documents.starts[picked] - (ends - lengths), lengths
+    )
+    return positions if documents.rows is None else documents.rows[positions]
 
 
 def _as_int64(values: np.ndarray) -> pa.Array:
