@@ -1,9 +1,9 @@
 """Rerun planning at scale: the driver's time and peak memory to plan a rerun over N listed documents.
 
 For each N (``--sizes``, default 100,000 and 1,000,000), a fresh Python process builds a synthetic listing of
-N documents (what :func:`chunkline.dataset.rebuild.list_inputs` hands the plan: one
-:class:`~chunkline.dataset.inputs.SourceFile` per document, with its size, modification time and
-``mtime_ns``) and a synthetic previous ``documents`` table of the same N documents, all ``ok``, with the
+N documents (what :func:`chunkline.dataset.rebuild.list_inputs` hands the plan: a row per
+document's :class:`~chunkline.dataset.inputs.SourceFile`, with its size, modification time and
+``mtime_ns``, made from such values) and a synthetic previous ``documents`` table of the same N documents, all ``ok``, with the
 same sizes and times (an unchanged corpus; ``--changed`` of them get a new ``mtime_ns`` and are hashed),
 then plans the rerun with :func:`~chunkline.dataset.rebuild.plan_rebuild` and writes its shard plans.
 

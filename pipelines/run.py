@@ -622,6 +622,8 @@ def run_pipeline(
             pipeline = beam.Pipeline(runner=runner, options=options)
             _keep_local_files_in(pipeline, run_folder.path)
             build_pipeline(pipeline, config, run_id, plan, process_hooks)
+            if plan.listed:  # the read list is staged: the driver lets its rows go while the pipeline runs
+                plan = plan.read_list_staged()
         logger.info("chunkline: run %s reading %s", run_id, ", ".join(config.input.paths))
         try:
             if in_process:

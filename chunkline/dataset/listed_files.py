@@ -36,6 +36,7 @@ __all__ = [
     "ListedDocuments",
     "listed_files_batch",
     "listed_files_table",
+    "python_columns",
     "source_files_of",
     "take_rows",
 ]
@@ -82,16 +83,22 @@ _MICROSECOND = timedelta(microseconds=1)
 def _text_array(values: Sequence[str | None]) -> pa.Array:
     """``values`` (any Python text, lone surrogates included) as a binary array of their UTF-8 bytes
     (``surrogatepass``), None: null."""
+    nulls = values.count(None)
+    if nulls == len(values):  # a column no file has a value in (no problem, no ETag): nothing to encode
+        return pa.nulls(len(values), pa.binary())
     encoded = [b"" if value is None else value.encode("utf-8", "surrogatepass") for value in values]
     offsets = np.zeros(len(values) + 1, dtype=np.int64)
     np.cumsum(np.fromiter(map(len, encoded), dtype=np.int64, count=len(values)), out=offsets[1:])
     validity = None
-    if None in values:
+    if nulls:
         mask = np.fromiter((value is not None for value in values), dtype=bool, count=len(values))
         validity = pa.py_buffer(np.packbits(mask, bitorder="little"))
-    return pa.Array.from_buffers(
-        pa.large_binary(), len(values), [validity, pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))]
-    ).cast(pa.binary())
+    data = pa.py_buffer(b"".join(encoded))
+    if offsets[-1] < 2**31:
+        return pa.Array.from_buffers(pa.binary(), len(values), [validity, pa.py_buffer(offsets.astype(np.int32)), data])
+    return pa.Array.from_buffers(pa.large_binary(), len(values), [validity, pa.py_buffer(offsets), data]).cast(
+        pa.binary()
+    )
 
 
 def _decoded(values: list[bytes | None]) -> list[str | None]:
@@ -138,12 +145,17 @@ def listed_files_table(sources: Iterable[SourceFile]) -> pa.Table:
     return pa.Table.from_batches(batches, schema=LISTED_FILES_SCHEMA)
 
 
-def source_files_of(rows: pa.Table | pa.RecordBatch) -> list[SourceFile]:
-    """The ``SourceFile`` of each row of ``rows`` (:data:`LISTED_FILES_SCHEMA`), in order."""
-    columns = {
+def python_columns(rows: pa.Table | pa.RecordBatch) -> dict[str, list]:
+    """The columns of ``rows`` (:data:`LISTED_FILES_SCHEMA`) as Python lists, text decoded."""
+    return {
         name: _decoded(rows.column(name).to_pylist()) if name in TEXT_COLUMNS else rows.column(name).to_pylist()
         for name in LISTED_FILES_SCHEMA.names
     }
+
+
+def source_files_of(rows: pa.Table | pa.RecordBatch) -> list[SourceFile]:
+    """The ``SourceFile`` of each row of ``rows`` (:data:`LISTED_FILES_SCHEMA`), in order."""
+    columns = python_columns(rows)
     result = []
     for (
         doc_id,
@@ -294,6 +306,17 @@ class ListedDocuments:
 
     def pairs(self, order: np.ndarray | None = None) -> Iterator[tuple[str, list[SourceFile]]]:
         """The pairs in order, or in ``order`` (pair numbers) when given, made a batch of rows at a time."""
+        for lengths, rows in self.row_batches(order):
+            sources = source_files_of(rows)
+            offset = 0
+            for length in lengths:
+                group = sources[offset : offset + length]
+                yield group[0].doc_id, group
+                offset += length
+
+    def row_batches(self, order: np.ndarray | None = None) -> Iterator[tuple[list[int], pa.Table]]:
+        """The pairs' rows a batch at a time, in order or in ``order`` (pair numbers): (each pair's number of
+        files, their rows)."""
         lengths = np.diff(self.starts)
         groups = np.arange(len(self), dtype=np.int64) if order is None else np.asarray(order, dtype=np.int64)
         position = 0
@@ -309,12 +332,7 @@ class ListedDocuments:
             )
             if self.rows is not None:
                 row_numbers = self.rows[row_numbers]
-            sources = source_files_of(take_rows(self.files, row_numbers))
-            offset = 0
-            for length in chosen_lengths.tolist():
-                group = sources[offset : offset + length]
-                yield group[0].doc_id, group
-                offset += length
+            yield chosen_lengths.tolist(), take_rows(self.files, row_numbers)
             position += take
 
     def largest_first_order(self) -> np.ndarray:

@@ -26,7 +26,7 @@ from fsspec.core import url_to_fs
 
 from chunkline.dataset.inputs import FileProblem, SourceFile
 from chunkline.dataset.layout import listing_path
-from chunkline.dataset.listed_files import ListedDocuments
+from chunkline.dataset.listed_files import ListedDocuments, python_columns
 from chunkline.dataset.storage import read_file_bytes, storage_call, storage_url, write_file_atomically
 
 __all__ = [
@@ -85,24 +85,58 @@ def write_listing(
     order = documents.largest_first_order()
 
     def pieces() -> Iterator[bytes]:
-        lines: list[str] = []
-        for doc_id, files in documents.pairs(order):
-            lines.append(json.dumps([doc_id, [_file_fields(source) for source in files]], ensure_ascii=False))
-            if len(lines) == _LINES_PER_PIECE:
-                yield _encoded(lines)
-                lines = []
-        if lines:
-            yield _encoded(lines)
+        for lengths, rows in documents.row_batches(order):
+            yield _listing_lines(lengths, python_columns(rows))
 
     write_file_atomically(fs, path, pieces, secrets=secrets)
     return listing_path(staging_url)
 
 
-_LINES_PER_PIECE = 4096
-
-
-def _encoded(lines: list[str]) -> bytes:
-    return "".join(line + "\n" for line in lines).encode("utf-8", "surrogatepass")
+def _listing_lines(lengths: list[int], columns: dict[str, list]) -> bytes:
+    """The lines of pairs of ``lengths`` files each, whose rows' values are ``columns``: each file's fields as
+    :func:`_file_fields` gives them, straight from the rows."""
+    problems = [
+        None if stage is None else [stage, error_type, message, skipped]
+        for stage, error_type, message, skipped in zip(
+            columns["problem_stage"],
+            columns["problem_error_type"],
+            columns["problem_message"],
+            columns["problem_skipped"],
+        )
+    ]
+    fields = [
+        {
+            "doc_id": doc_id,
+            "source_uri": source_uri,
+            "input_index": input_index,
+            "path": path,
+            "size_bytes": size_bytes,
+            "modified_time": modified_time,
+            "problem": problem,
+            "mtime_ns": mtime_ns,
+            "etag": etag,
+            "version": version,
+        }
+        for doc_id, source_uri, input_index, path, size_bytes, modified_time, problem, mtime_ns, etag, version in zip(
+            columns["doc_id"],
+            columns["source_uri"],
+            columns["input_index"],
+            columns["path"],
+            columns["size_bytes"],
+            columns["modified_time"],
+            problems,
+            columns["mtime_ns"],
+            columns["etag"],
+            columns["version"],
+        )
+    ]
+    lines = []
+    offset = 0
+    for length in lengths:
+        files = fields[offset : offset + length]
+        lines.append(json.dumps([files[0]["doc_id"], files], ensure_ascii=False) + "\n")
+        offset += length
+    return "".join(lines).encode("utf-8", "surrogatepass")
 
 
 def read_listing(url: str, storage_options: dict | None = None, secrets: tuple[str, ...] = ()) -> Listing:

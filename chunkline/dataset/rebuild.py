@@ -42,7 +42,7 @@ import json
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 import numpy as np
@@ -328,6 +328,11 @@ class RebuildPlan:
     def incremental(self) -> bool:
         return self.mode == "incremental"
 
+    def read_list_staged(self) -> RebuildPlan:
+        """This plan once its read list is staged for the pipeline: ``to_chunk`` keeps only its length (what
+        the manifest records), so that a driver does not hold the rows while the pipeline runs."""
+        return replace(self, to_chunk=_StagedReadList(len(self.to_chunk)))
+
     def describe(self) -> dict[str, Any]:
         return {
             "mode": self.mode,
@@ -337,6 +342,19 @@ class RebuildPlan:
             "documents_read_to_compare": self.documents_read_to_compare if self.incremental else None,
             "previous_snapshot": self.previous.snapshot if self.previous else None,
         }
+
+
+class _StagedReadList:
+    """A read list staged and let go: its length only."""
+
+    def __init__(self, documents: int):
+        self._documents = documents
+
+    def __len__(self) -> int:
+        return self._documents
+
+    def __iter__(self) -> Iterator[tuple[str, list[SourceFile]]]:
+        raise RuntimeError("the plan's read list was staged and let go: read the staged listing")
 
 
 def _previous_snapshot(manifest: dict[str, Any], output_url: str) -> PreviousSnapshot:
