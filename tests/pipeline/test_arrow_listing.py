@@ -146,9 +146,10 @@ def test_a_rerun_chunks_the_shared_doc_id_and_the_edited_file_and_carries_the_re
     assert plan.reason == "4 of 11 documents to chunk, 8 carried over, 0 gone"
 
 
-times = st.datetimes(
-    min_value=datetime(1900, 1, 1), max_value=datetime(2200, 1, 1), timezones=st.just(timezone.utc)
-) | st.none()
+times = (
+    st.datetimes(min_value=datetime(1900, 1, 1), max_value=datetime(2200, 1, 1), timezones=st.just(timezone.utc))
+    | st.none()
+)
 texts = st.text(max_size=20)  # lone surrogates included: a name that was not UTF-8 is listed with them
 problems = st.none() | st.builds(FileProblem, texts, texts, texts, st.booleans())
 int64s = st.integers(-(2**63), 2**63 - 1)
