@@ -94,7 +94,8 @@ def write_listing(
 
 def _listing_lines(lengths: list[int], columns: dict[str, list]) -> bytes:
     """The lines of pairs of ``lengths`` files each, whose rows' values are ``columns``: each file's fields as
-    :func:`_file_fields` gives them, straight from the rows."""
+    JSON values, as :func:`_source_file` reads them (a listed file has no bytes yet; ``modified_time`` in
+    microseconds since the epoch)."""
     problems = [
         None if stage is None else [stage, error_type, message, skipped]
         for stage, error_type, message, skipped in zip(
@@ -231,25 +232,6 @@ def _listed_document(line: bytes) -> ListedDocument:
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-_MICROSECOND = timedelta(microseconds=1)
-
-
-def _file_fields(source: SourceFile) -> dict:
-    """A listed file's fields as JSON values (a listed file has no bytes yet)."""
-    modified = source.modified_time
-    problem = source.problem
-    return {
-        "doc_id": source.doc_id,
-        "source_uri": source.source_uri,
-        "input_index": source.input_index,
-        "path": source.path,
-        "size_bytes": source.size_bytes,
-        "modified_time": None if modified is None else (modified - _EPOCH) // _MICROSECOND,
-        "problem": None if problem is None else [problem.stage, problem.error_type, problem.message, problem.skipped],
-        "mtime_ns": source.mtime_ns,
-        "etag": source.etag,
-        "version": source.version,
-    }
 
 
 def _source_file(fields: dict) -> SourceFile:
