@@ -1,9 +1,9 @@
 """Rerun planning at scale: the driver's time and peak memory to plan a rerun over N listed documents.
 
 For each N (``--sizes``, default 100,000 and 1,000,000), a fresh Python process builds a synthetic listing of
-N documents (what :func:`chunkline.dataset.rebuild.list_inputs` hands the plan: one
-:class:`~chunkline.dataset.inputs.SourceFile` per document, with its size, modification time and
-``mtime_ns``) and a synthetic previous ``documents`` table of the same N documents, all ``ok``, with the
+N documents (what :func:`chunkline.dataset.rebuild.list_inputs` hands the plan: a row per
+document's :class:`~chunkline.dataset.inputs.SourceFile`, with its size, modification time and
+``mtime_ns``, made from such values) and a synthetic previous ``documents`` table of the same N documents, all ``ok``, with the
 same sizes and times (an unchanged corpus; ``--changed`` of them get a new ``mtime_ns`` and are hashed),
 then plans the rerun with :func:`~chunkline.dataset.rebuild.plan_rebuild` and writes its shard plans.
 
@@ -62,7 +62,7 @@ config = load_run_config(None, [], environ={}, inputs=[corpus], output=output)
 manifest = read_manifest(output)
 epoch = datetime(1970, 1, 1, tzinfo=timezone.utc)
 base_ns = 1_780_000_000_000_000_000
-listing = InputListing()
+sources = []
 doc_ids, uris, sizes, micros, nanos = [], [], [], [], []
 for index in range(size):
     doc_id = f"section-{index % 1000:03d}/page-{index:07d}.md"
@@ -70,10 +70,10 @@ for index in range(size):
     size_bytes = 2_000 + index % 5_000
     mtime_ns = base_ns + index * 1_000_003
     listed_ns = mtime_ns + 1 if index < changed else mtime_ns
-    listing.documents[doc_id] = [
+    sources.append(
         SourceFile(doc_id, uri, 0, uri, size_bytes, epoch + timedelta(microseconds=listed_ns // 1000),
                    **({"mtime_ns": listed_ns} if metadata else {}))
-    ]
+    )
     doc_ids.append(doc_id); uris.append(uri); sizes.append(size_bytes)
     micros.append(mtime_ns // 1000); nanos.append(mtime_ns)
 previous = pa.table({
@@ -87,7 +87,13 @@ previous = pa.table({
     "source_etag": pa.nulls(size, pa.string()),
     "source_version": pa.nulls(size, pa.string()),
 })
-del doc_ids, uris, sizes, micros, nanos
+if hasattr(InputListing, "of"):  # the listing as Arrow rows
+    listing = InputListing.of(sources)
+else:  # a checkout whose listing is a dict of SourceFile lists
+    listing = InputListing()
+    for source in sources:
+        listing.documents[source.doc_id] = [source]
+del doc_ids, uris, sizes, micros, nanos, sources
 before = status("VmRSS")
 Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current resident size
 started = time.perf_counter()

@@ -607,6 +607,7 @@ def run_pipeline(
     try:
         previous = _previous_state(config)
         plan = _plan(config, previous, listing)
+        del listing  # the plan holds what is read: the listing's other rows need not outlive it
         logger.info("chunkline: run %s, %s rebuild: %s", run_id, plan.mode, plan.reason)
         if plan.documents_before is not None and plan.documents_deleted is not None:
             refuse_mass_deletion(config, plan.documents_deleted, plan.documents_before, plan)
@@ -628,6 +629,8 @@ def run_pipeline(
             pipeline = beam.Pipeline(runner=runner, options=options)
             _keep_local_files_in(pipeline, run_folder.path)
             build_pipeline(pipeline, config, run_id, plan, process_hooks)
+            if plan.listed:  # the read list is staged: the driver lets its rows go while the pipeline runs
+                plan = plan.read_list_staged()
         logger.info("chunkline: run %s reading %s", run_id, ", ".join(config.input.paths))
         try:
             if in_process:

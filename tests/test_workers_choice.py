@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from chunkline.cores import available_cores
+from chunkline.dataset.listed_files import ListedDocuments
 from chunkline.dataset.parallelism import AUTO_BYTES_PER_WORKER, bytes_to_chunk, choose_workers
 from chunkline.dataset.rebuild import list_inputs, plan_rebuild
 from chunkline.dataset.settings import ConfigError, RunConfig, load_run_config
@@ -108,12 +109,15 @@ def test_a_memory_output_stays_in_process_however_large_the_corpus(large_corpus)
 
 
 def test_unknown_sizes_count_as_the_mean_of_the_known_ones(large_corpus):
-    _, to_chunk = listed_documents(large_corpus)
-    known = bytes_to_chunk(to_chunk)
+    _, listed = listed_documents(large_corpus)
+    known = bytes_to_chunk(listed)
+    to_chunk = list(listed)  # the same pairs as Python values count the same bytes
+    assert bytes_to_chunk(to_chunk) == known
     first_doc, first_files = to_chunk[0]
     unknown_first = [(first_doc, [_without_size(first_files[0])]), *to_chunk[1:]]
     mean_of_others = (known - (first_files[0].size_bytes or 0)) / (len(to_chunk) - 1)
     assert bytes_to_chunk(unknown_first) == int(known - (first_files[0].size_bytes or 0) + mean_of_others)
+    assert bytes_to_chunk(ListedDocuments.of_pairs(unknown_first)) == bytes_to_chunk(unknown_first)
     assert bytes_to_chunk([(doc_id, [_without_size(files[0])]) for doc_id, files in to_chunk]) == 0
 
 

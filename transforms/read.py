@@ -15,12 +15,14 @@ root is missing or cannot be listed, or that matches no file, fails the pipeline
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import apache_beam as beam
 from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
 from apache_beam.transforms.core import RestrictionProvider
 
+from chunkline.dataset import listing as staged_listing
 from chunkline.dataset.bundle import batched, run_bundle
 from chunkline.dataset.file_reader import MatchedFileReader
 from chunkline.dataset.inputs import SourceFile
@@ -60,7 +62,11 @@ class _ListedDocumentsFn(beam.DoFn, RestrictionProvider):
     documents whose lines start in it (:func:`chunkline.dataset.listing.read_listing_range`), so a runner
     spreads a long listing over its workers instead of one worker reading and holding it all. Each line is
     claimed before its document goes out, which lets a runner split a range while it is being read; a batch
-    never spans two ranges. A runner that does not split reads the whole file as one range."""
+    never spans two ranges. A runner that does not split reads the whole file as one range.
+
+    With ``batch_lines``, a batch goes out as the span of its lines in the file (:class:`ListedLines`), which
+    :class:`_ListedLinesFn` reads back as the batch: a reshuffle in between then moves a few numbers per
+    batch, not its documents (the FnApiRunner holds what a reshuffle moves in the driver's memory)."""
 
     def __init__(
         self,
@@ -68,11 +74,13 @@ class _ListedDocumentsFn(beam.DoFn, RestrictionProvider):
         secrets: tuple[str, ...],
         batch_documents: int = 0,
         range_bytes: int = RANGE_BYTES,
+        batch_lines: bool = False,
     ):
         self._storage_options = storage_options
         self._secrets = secrets
         self._batch_documents = batch_documents
         self._range_bytes = range_bytes
+        self._batch_lines = batch_lines
 
     def initial_restriction(self, listing_url: str) -> OffsetRange:
         return OffsetRange(0, listing_size_bytes(listing_url, self._storage_options, self._secrets))
@@ -87,14 +95,20 @@ class _ListedDocumentsFn(beam.DoFn, RestrictionProvider):
         return restriction.size()
 
     def process(self, listing_url: str, tracker=_OWN_RESTRICTIONS) -> Iterator[Any]:
-        documents = self._claimed(listing_url, tracker)
+        lines = self._claimed(listing_url, tracker)
         if self._batch_documents < 2:
-            yield from documents
-            return
-        yield from batched(documents, _listed_bytes, self._batch_documents)
+            yield from (document for _, document in lines)
+        elif self._batch_lines:
+            for batch in batched(lines, _line_bytes, self._batch_documents):
+                # Lines starting from the batch's first one up to its last one's start: the batch's lines.
+                yield ListedLines(listing_url, batch[0][0], batch[-1][0] + 1)
+        else:
+            for batch in batched(lines, _line_bytes, self._batch_documents):
+                yield [document for _, document in batch]
 
-    def _claimed(self, listing_url: str, tracker: OffsetRestrictionTracker) -> Iterator[ListedDocument]:
-        """The range's documents, each line claimed before its document is given out."""
+    def _claimed(self, listing_url: str, tracker: OffsetRestrictionTracker) -> Iterator[tuple[int, ListedDocument]]:
+        """The range's documents with their lines' offsets, each line claimed before its document is given
+        out."""
         restriction = tracker.current_restriction()
         listed = read_listing_range(
             listing_url, restriction.start, restriction.stop, self._storage_options, self._secrets
@@ -102,7 +116,7 @@ class _ListedDocumentsFn(beam.DoFn, RestrictionProvider):
         for line_start, document in listed:
             if not tracker.try_claim(line_start):
                 return  # the rest of the range went to another reader
-            yield document
+            yield line_start, document
         # No line starts in the rest of the range: claim its end, so the runner sees the range done.
         tracker.try_claim(tracker.current_restriction().stop)
 
@@ -110,6 +124,33 @@ class _ListedDocumentsFn(beam.DoFn, RestrictionProvider):
 def _listed_bytes(document: tuple[str, list[SourceFile]]) -> int:
     files = document[1]
     return (files[0].size_bytes or 0) if files else 0
+
+
+def _line_bytes(line: tuple[int, ListedDocument]) -> int:
+    return _listed_bytes(line[1])
+
+
+@dataclass(frozen=True)
+class ListedLines:
+    """A batch of a staged listing as the span of its lines: those starting in ``[start_byte, stop_byte)``."""
+
+    listing_url: str
+    start_byte: int
+    stop_byte: int
+
+
+class _ListedLinesFn(beam.DoFn):
+    """The batch of documents a :class:`ListedLines` spans, read from the staged listing."""
+
+    def __init__(self, storage_options: dict | None, secrets: tuple[str, ...]):
+        self._storage_options = storage_options
+        self._secrets = secrets
+
+    def process(self, lines: ListedLines) -> Iterator[list[ListedDocument]]:
+        listed = staged_listing.read_listing_range(
+            lines.listing_url, lines.start_byte, lines.stop_byte, self._storage_options, self._secrets
+        )
+        yield [document for _, document in listed]
 
 
 class ReadMarkdown(beam.PTransform):
@@ -177,15 +218,26 @@ class ReadMarkdown(beam.PTransform):
         if not self._config.paths and self._matched is None and self._listing_url is None:
             raise ValueError("ReadMarkdown needs at least one input path (or a PCollection of URLs)")
         if self._listing_url is not None:
+            batches = self._batch_documents >= 2
             grouped = (
                 pipeline
                 | "Listing" >> beam.Create([self._listing_url], reshuffle=False)
                 | "ListedFiles"
                 >> beam.ParDo(
-                    _ListedDocumentsFn(self._listing_storage_options, self._secrets, self._batch_documents, RANGE_BYTES)
+                    _ListedDocumentsFn(
+                        self._listing_storage_options,
+                        self._secrets,
+                        self._batch_documents,
+                        RANGE_BYTES,
+                        batch_lines=batches,
+                    )
                 )
                 | "SpreadReads" >> beam.Reshuffle()
             )
+            if batches:  # the reshuffle moved each batch's span of lines: read the batch after it
+                grouped = grouped | "ListedBatches" >> beam.ParDo(
+                    _ListedLinesFn(self._listing_storage_options, self._secrets)
+                )
         elif self._matched is not None:
             grouped = (
                 pipeline

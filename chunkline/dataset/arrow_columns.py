@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["bool_array", "empty_table", "int64_array", "string_array", "zeros"]
+__all__ = ["bool_array", "empty_table", "int64_array", "numpy_values", "string_array", "zeros"]
 
 
 def _validity(values: Sequence) -> pa.Buffer | None:
@@ -72,3 +72,20 @@ def zeros(length: int, type: pa.DataType) -> pa.Array:
 def empty_table(schema: pa.Schema) -> pa.Table:
     """A table of ``schema`` with no rows (``Schema.empty_table`` imports pandas to build it)."""
     return pa.Table.from_batches([], schema=schema)
+
+
+def numpy_values(array: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """The values of an integer or boolean ``array`` without nulls, as numpy (``Array.to_numpy`` imports
+    pandas)."""
+    if isinstance(array, pa.ChunkedArray):
+        parts = [numpy_values(chunk) for chunk in array.chunks]
+        return np.concatenate(parts) if parts else numpy_values(pa.nulls(0, array.type))
+    if array.null_count:
+        raise ValueError("numpy_values takes an array without nulls")
+    data = array.buffers()[1]
+    if pa.types.is_boolean(array.type):
+        bits = np.unpackbits(np.frombuffer(data, dtype=np.uint8), bitorder="little")
+        return bits[array.offset : array.offset + len(array)].astype(bool)
+    kind = "u" if pa.types.is_unsigned_integer(array.type) else "i"
+    dtype = np.dtype(f"{kind}{array.type.bit_width // 8}")
+    return np.frombuffer(data, dtype=dtype)[array.offset : array.offset + len(array)]

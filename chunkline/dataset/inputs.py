@@ -413,7 +413,7 @@ def _selected(doc_id: str, config: InputConfig) -> bool:
 UNLISTED_FOLDER = "UnlistableFolder"
 
 
-def match_input(url: str, input_index: int, config: InputConfig) -> Iterator[SourceFile]:
+def match_input(url: str, input_index: int, config: InputConfig, *, ordered: bool = True) -> Iterator[SourceFile]:
     """Every file an input URL names, with its doc_id, size and modification time.
 
     A local folder or glob is walked with :func:`walk_local_folder`: links
@@ -423,7 +423,10 @@ def match_input(url: str, input_index: int, config: InputConfig) -> Iterator[Sou
     ``/`` and a problem of type :data:`UNLISTED_FOLDER`: its documents are not known, which is not the
     same as gone. Every doc_id and source_uri is valid UTF-8 (see :func:`utf8_name`);
     ``path`` is the name as listed. An input whose root is missing raises ``FileNotFoundError``, one whose
-    root cannot be listed the listing's error."""
+    root cannot be listed the listing's error.
+
+    The files come sorted by path; with ``ordered=False``, in the order the walk finds them, one at a time
+    (a caller that sorts them itself then never holds the whole input's entries)."""
     fs, path = url_to_fs(url, **config.storage_options)
     local = isinstance(fs, LocalFileSystem)
     trusted = listing_is_trusted(fs)
@@ -448,17 +451,17 @@ def match_input(url: str, input_index: int, config: InputConfig) -> Iterator[Sou
             entries = walk_local_folder(path)
         else:
             entries = (_listed(name, info) for name, info in _find_files(fs, path, url).items())
-        listed = [
+        listed = (
             entry
             for entry in entries
             if entry.kind == "unlisted" or entry.is_folder or entry.path.lower().endswith(extensions)
-        ]
+        )
     elif fs.isfile(path):
         root = posixpath.dirname(path)
         listed = [_local_file(path) if local else _listed(path, fs.info(path))]
     else:
         raise FileNotFoundError(f"input {url} does not exist")
-    for entry in sorted(listed, key=lambda entry: entry.path):
+    for entry in sorted(listed, key=lambda entry: entry.path) if ordered else listed:
         if not trusted:
             entry = replace(entry, mtime_ns=None, etag=None, version=None)
         yield from _source_files(entry, fs, root, url, input_index, config, archive=archive)

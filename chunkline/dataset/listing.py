@@ -26,6 +26,7 @@ from fsspec.core import url_to_fs
 
 from chunkline.dataset.inputs import FileProblem, SourceFile
 from chunkline.dataset.layout import listing_path
+from chunkline.dataset.listed_files import ListedDocuments, python_columns
 from chunkline.dataset.storage import read_file_bytes, storage_call, storage_url, write_file_atomically
 
 __all__ = [
@@ -71,21 +72,72 @@ def largest_first(matched: list[tuple[str, list[SourceFile]]]) -> list[tuple[str
 
 def write_listing(
     staging_url: str,
-    matched: Sequence[tuple[str, list[SourceFile]]],
+    matched: ListedDocuments | Sequence[tuple[str, list[SourceFile]]],
     storage_options: dict | None = None,
     secrets: tuple[str, ...] = (),
 ) -> str:
     """Stage ``matched`` in the run's staging area ``staging_url``, :func:`largest_first`; returns the file's
-    URL (for :func:`read_listing`)."""
+    URL (for :func:`read_listing`). The order is found with Arrow and the lines are written a batch at a
+    time: a listing of millions of documents is never held as Python values or as one string."""
     fs, root = url_to_fs(staging_url, **(storage_options or {}))
     path = listing_path(root)
-    lines = [
-        json.dumps([doc_id, [_file_fields(source) for source in files]], ensure_ascii=False)
-        for doc_id, files in largest_first(list(matched))
-    ]
-    data = "".join(line + "\n" for line in lines).encode("utf-8", "surrogatepass")
-    write_file_atomically(fs, path, data, secrets=secrets)
+    documents = ListedDocuments.of_pairs(matched)
+    order = documents.largest_first_order()
+
+    def pieces() -> Iterator[bytes]:
+        for lengths, rows in documents.row_batches(order):
+            yield _listing_lines(lengths, python_columns(rows))
+
+    write_file_atomically(fs, path, pieces, secrets=secrets)
     return listing_path(staging_url)
+
+
+def _listing_lines(lengths: list[int], columns: dict[str, list]) -> bytes:
+    """The lines of pairs of ``lengths`` files each, whose rows' values are ``columns``: each file's fields as
+    JSON values, as :func:`_source_file` reads them (a listed file has no bytes yet; ``modified_time`` in
+    microseconds since the epoch)."""
+    problems = [
+        None if stage is None else [stage, error_type, message, skipped]
+        for stage, error_type, message, skipped in zip(
+            columns["problem_stage"],
+            columns["problem_error_type"],
+            columns["problem_message"],
+            columns["problem_skipped"],
+        )
+    ]
+    fields = [
+        {
+            "doc_id": doc_id,
+            "source_uri": source_uri,
+            "input_index": input_index,
+            "path": path,
+            "size_bytes": size_bytes,
+            "modified_time": modified_time,
+            "problem": problem,
+            "mtime_ns": mtime_ns,
+            "etag": etag,
+            "version": version,
+        }
+        for doc_id, source_uri, input_index, path, size_bytes, modified_time, problem, mtime_ns, etag, version in zip(
+            columns["doc_id"],
+            columns["source_uri"],
+            columns["input_index"],
+            columns["path"],
+            columns["size_bytes"],
+            columns["modified_time"],
+            problems,
+            columns["mtime_ns"],
+            columns["etag"],
+            columns["version"],
+        )
+    ]
+    lines = []
+    offset = 0
+    for length in lengths:
+        files = fields[offset : offset + length]
+        lines.append(json.dumps([files[0]["doc_id"], files], ensure_ascii=False) + "\n")
+        offset += length
+    return "".join(lines).encode("utf-8", "surrogatepass")
 
 
 def read_listing(url: str, storage_options: dict | None = None, secrets: tuple[str, ...] = ()) -> Listing:
@@ -180,25 +232,6 @@ def _listed_document(line: bytes) -> ListedDocument:
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-_MICROSECOND = timedelta(microseconds=1)
-
-
-def _file_fields(source: SourceFile) -> dict:
-    """A listed file's fields as JSON values (a listed file has no bytes yet)."""
-    modified = source.modified_time
-    problem = source.problem
-    return {
-        "doc_id": source.doc_id,
-        "source_uri": source.source_uri,
-        "input_index": source.input_index,
-        "path": source.path,
-        "size_bytes": source.size_bytes,
-        "modified_time": None if modified is None else (modified - _EPOCH) // _MICROSECOND,
-        "problem": None if problem is None else [problem.stage, problem.error_type, problem.message, problem.skipped],
-        "mtime_ns": source.mtime_ns,
-        "etag": source.etag,
-        "version": source.version,
-    }
 
 
 def _source_file(fields: dict) -> SourceFile:

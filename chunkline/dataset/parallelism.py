@@ -19,8 +19,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from chunkline.cores import available_cores
+from chunkline.dataset.arrow_columns import numpy_values
 from chunkline.dataset.inputs import SourceFile
+from chunkline.dataset.listed_files import ListedDocuments
 
 __all__ = ["AUTO_BYTES_PER_WORKER", "WorkersChoice", "bytes_to_chunk", "choose_workers"]
 
@@ -45,14 +49,22 @@ def bytes_to_chunk(to_chunk: Sequence[tuple[str, list[SourceFile]]], max_file_by
     """The bytes of the documents a run reads, from the listing: the first file of each doc_id (the one
     read), none of a file over ``max_file_bytes`` (an error row, never read); a size the storage did not
     report counts as the mean of the known ones (0 if none is known)."""
-    sizes = [files[0].size_bytes if files else None for _, files in to_chunk]
-    if max_file_bytes is not None:
-        sizes = [0 if size is not None and size > max_file_bytes else size for size in sizes]
-    known = [size for size in sizes if size is not None]
-    if not known:
+    if isinstance(to_chunk, ListedDocuments):  # the driver's listing, as Arrow rows
+        first_sizes = to_chunk.first_sizes()
+        known_sizes = numpy_values(first_sizes.drop_null()).astype(np.int64)
+        if max_file_bytes is not None:
+            known_sizes = np.where(known_sizes > max_file_bytes, 0, known_sizes)
+        count, known_count, known_sum = len(first_sizes), len(known_sizes), int(known_sizes.sum())
+    else:
+        sizes = [files[0].size_bytes if files else None for _, files in to_chunk]
+        if max_file_bytes is not None:
+            sizes = [0 if size is not None and size > max_file_bytes else size for size in sizes]
+        known = [size for size in sizes if size is not None]
+        count, known_count, known_sum = len(sizes), len(known), sum(known)
+    if not known_count:
         return 0
-    mean = sum(known) / len(known)
-    return int(sum(known) + mean * (len(sizes) - len(known)))
+    mean = known_sum / known_count
+    return int(known_sum + mean * (count - known_count))
 
 
 def choose_workers(

@@ -38,13 +38,12 @@ it (see :func:`chunkline.dataset.merge.read_shard_plan`). When most documents ch
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import logging
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -53,9 +52,16 @@ from fsspec.core import url_to_fs
 from fsspec.implementations.local import LocalFileSystem
 
 from chunkline.dataset import inputs
-from chunkline.dataset.arrow_columns import bool_array, empty_table, int64_array, string_array
+from chunkline.dataset.arrow_columns import bool_array, empty_table, int64_array, numpy_values, string_array
 from chunkline.dataset.inputs import UNLISTED_FOLDER, SourceFile
 from chunkline.dataset.layout import keep_plan_path
+from chunkline.dataset.listed_files import (
+    LISTED_FILES_SCHEMA,
+    ListedDocuments,
+    listed_files_table,
+    source_files_of,
+    take_rows,
+)
 from chunkline.dataset.merge import (
     CARRIED_SCHEMA,
     LISTED_METADATA_COLUMNS,
@@ -108,34 +114,91 @@ class PublishRefusedError(RuntimeError):
 class InputListing:
     """What the driver found in the inputs: the one listing that both the plan and the pipeline use."""
 
-    documents: dict[str, list[SourceFile]] = field(default_factory=dict)
-    """doc_id -> every file matched under it (several when inputs share a doc_id), in input order; files
-    that will be error rows (a name out of the root, a link out of it) included."""
+    documents: ListedDocuments = field(default_factory=ListedDocuments.empty)
+    """Every listed (doc_id, files) pair, sorted by doc_id, each doc_id's files in input order (several
+    when inputs share a doc_id): Arrow rows, one per file
+    (:data:`~chunkline.dataset.listed_files.LISTED_FILES_SCHEMA`), files that will be error rows (a name
+    out of the root, a link out of it) included; folder error rows left out."""
     unlisted: list[SourceFile] = field(default_factory=list)
     """One error row per folder below an input that could not be listed (``problem.error_type`` is
     ``UnlistableFolder``; its ``source_uri`` is the folder's URL)."""
 
-    def groups(self) -> list[tuple[str, list[SourceFile]]]:
+    @classmethod
+    def of(cls, sources: Iterable[SourceFile]) -> InputListing:
+        """The listing of ``sources`` as :func:`~chunkline.dataset.inputs.match_input` gives them, in
+        input order (folder error rows among them)."""
+        unlisted: list[SourceFile] = []
+
+        def files() -> Iterator[SourceFile]:
+            for source in sources:
+                if _is_unlisted_folder(source):
+                    unlisted.append(source)
+                else:
+                    yield source
+
+        return cls(ListedDocuments.by_doc_id(listed_files_table(files())), unlisted)
+
+    @property
+    def files(self) -> pa.Table:
+        """Every listed file, one row each, in the order listed."""
+        return self.documents.files
+
+    def doc_ids(self) -> pa.Array:
+        """Every listed doc_id once, sorted (folder error rows left out)."""
+        return self.documents.doc_ids()
+
+    def groups(self) -> ListedDocuments:
         """Every (doc_id, files) pair to read, folder error rows included, sorted by doc_id."""
-        pairs = list(self.documents.items()) + [(folder.doc_id, [folder]) for folder in self.unlisted]
-        return sorted(pairs, key=lambda pair: pair[0])
+        if not self.unlisted:
+            return self.documents
+        documents = self.documents
+        rank = np.empty(documents.files.num_rows, dtype=np.int64)
+        order = np.arange(documents.files.num_rows) if documents.rows is None else documents.rows
+        rank[order] = np.arange(len(order), dtype=np.int64)
+        return ListedDocuments.by_doc_id(documents.files, self.unlisted, rank=rank)
 
 
 def list_inputs(config: RunConfig) -> InputListing:
     """List every input once, before the pipeline starts (a transient storage error is retried).
 
+    The files come into Arrow rows a batch at a time as they are listed, in the order each input's walk
+    finds them, and are put in order by an index, not copied: the driver never holds a Python object per
+    file of the corpus, nor its listing twice.
+
     Raises :class:`PublishRefusedError` for an input whose root is missing or cannot be listed, and for
     one that matches no file: publishing what the other inputs hold would delete every document of it."""
-    listing = InputListing()
     secrets = tuple(config.secrets())
+    tables = []
+    unlisted: list[SourceFile] = []
     for index, url in enumerate(config.input.paths):
-        found = list_input_or_refuse(url, index, config.input, secrets)
-        for source in found:
+        files, folders = _refusing_unlistable(
+            url,
+            config.input,
+            secrets,
+            lambda url=url, index=index: _listed_in_walk_order(url, index, config.input),
+        )
+        if not files.num_rows and not folders:
+            raise PublishRefusedError(_no_match_message(url, config.input, secrets))
+        tables.append(files)
+        unlisted += sorted(folders, key=lambda folder: folder.doc_id)  # as match_input orders them
+    files = pa.concat_tables(tables) if tables else empty_table(LISTED_FILES_SCHEMA)
+    # By doc_id, then in input order: inputs in turn, each sorted by path, as match_input yields them.
+    return InputListing(ListedDocuments.by_doc_id(files, then_by=("input_index", "path")), unlisted)
+
+
+def _listed_in_walk_order(url: str, input_index: int, config: InputConfig) -> tuple[pa.Table, list[SourceFile]]:
+    """(every file of one input as Arrow rows, its folders that could not be listed), the rows in the order
+    the walk found them: a batch of files at a time, never a Python object per file of the input."""
+    unlisted: list[SourceFile] = []
+
+    def files() -> Iterator[SourceFile]:
+        for source in inputs.match_input(url, input_index, config, ordered=False):
             if _is_unlisted_folder(source):
-                listing.unlisted.append(source)
+                unlisted.append(source)
             else:
-                listing.documents.setdefault(source.doc_id, []).append(source)
-    return listing
+                yield source
+
+    return listed_files_table(files()), unlisted
 
 
 def list_input_or_refuse(url: str, input_index: int, config: InputConfig, secrets: tuple[str, ...]) -> list[SourceFile]:
@@ -145,12 +208,24 @@ def list_input_or_refuse(url: str, input_index: int, config: InputConfig, secret
     Raises :class:`PublishRefusedError`, one line naming the input, when its root is missing or cannot be
     listed, or when it matches no file: ``chunkline run`` and the pipelines of chunkline's transforms
     judge every input by this one function."""
+    found = _refusing_unlistable(url, config, secrets, lambda: list(inputs.match_input(url, input_index, config)))
+    if not found:
+        raise PublishRefusedError(_no_match_message(url, config, secrets))
+    return found
+
+
+_Listed = TypeVar("_Listed")
+
+
+def _refusing_unlistable(
+    url: str, config: InputConfig, secrets: tuple[str, ...], listing: Callable[[], _Listed]
+) -> _Listed:
+    """``listing()``'s listing of input ``url``, whole, with storage retries; :class:`PublishRefusedError`
+    when the input's root is missing or cannot be listed."""
     try:
         # Listed whole before anything is used, so that a listing that fails midway is tried again from the
         # start (a transient error would otherwise cost every document of the input).
-        found = with_storage_retries(
-            lambda: list(inputs.match_input(url, input_index, config)), url, "list", secrets=secrets
-        )
+        return with_storage_retries(listing, url, "list", secrets=secrets)
     except FileNotFoundError as error:
         # match_input's own error names the input; another one (from the filesystem) is added to it.
         what = str(error) if str(error).startswith(f"input {url} ") else f"input {url} does not exist ({error})"
@@ -174,9 +249,6 @@ def list_input_or_refuse(url: str, input_index: int, config: InputConfig, secret
                 secrets,
             )
         ) from None
-    if not found:
-        raise PublishRefusedError(_no_match_message(url, config, secrets))
-    return found
 
 
 def _is_unlisted_folder(source: SourceFile) -> bool:
@@ -229,8 +301,9 @@ class RebuildPlan:
     reason: str
     """Why the run is full, or a summary of the incremental plan, for the log and the manifest."""
     previous: PreviousSnapshot | None = None
-    to_chunk: list[tuple[str, list[SourceFile]]] = field(default_factory=list)
-    """Incremental runs: (doc_id, matched files) of every document that goes through the chunker."""
+    to_chunk: ListedDocuments | list[tuple[str, list[SourceFile]]] = field(default_factory=list)
+    """(doc_id, matched files) of every document that goes through the chunker, sorted by doc_id: held as
+    Arrow rows (:class:`~chunkline.dataset.listed_files.ListedDocuments`) when the driver listed them."""
     carried: pa.Table = field(default_factory=lambda: empty_table(CARRIED_SCHEMA))
     """Incremental runs: every document whose rows carry over (:data:`CARRIED_SCHEMA`: its doc_id and the
     metadata its ``documents`` row takes from this run's listing)."""
@@ -255,6 +328,11 @@ class RebuildPlan:
     def incremental(self) -> bool:
         return self.mode == "incremental"
 
+    def read_list_staged(self) -> RebuildPlan:
+        """This plan once its read list is staged for the pipeline: ``to_chunk`` keeps only its length (what
+        the manifest records), so that a driver does not hold the rows while the pipeline runs."""
+        return replace(self, to_chunk=_StagedReadList(len(self.to_chunk)))
+
     def describe(self) -> dict[str, Any]:
         return {
             "mode": self.mode,
@@ -264,6 +342,19 @@ class RebuildPlan:
             "documents_read_to_compare": self.documents_read_to_compare if self.incremental else None,
             "previous_snapshot": self.previous.snapshot if self.previous else None,
         }
+
+
+class _StagedReadList:
+    """A read list staged and let go: its length only."""
+
+    def __init__(self, documents: int):
+        self._documents = documents
+
+    def __len__(self) -> int:
+        return self._documents
+
+    def __iter__(self) -> Iterator[tuple[str, list[SourceFile]]]:
+        raise RuntimeError("the plan's read list was staged and let go: read the staged listing")
 
 
 def _previous_snapshot(manifest: dict[str, Any], output_url: str) -> PreviousSnapshot:
@@ -303,7 +394,7 @@ def plan_rebuild(
         published = previous_table is not None and previous_manifest is not None
         return _full_plan(full_reason, previous, listing, previous_table.column("doc_id") if published else None)
     assert previous_table is not None and previous is not None
-    listed = _listed_table(listing)
+    listed, first_rows = _listed_table(listing)
     listed_ids = listed.column("doc_id").combine_chunks()
     # The position of each listed document's previous row (null: none, or a doc_id held twice), and that
     # row's size and metadata, aligned with the listing.
@@ -318,19 +409,15 @@ def plan_rebuild(
     to_hash = pc.and_(candidate, pc.invert(trusted))
     hashed_ids = listed.column("doc_id").filter(to_hash)
     unchanged_bytes = _unchanged_bytes(
-        [listing.documents[doc_id][0] for doc_id in hashed_ids.to_pylist()],
+        take_rows(listing.files, numpy_values(first_rows.filter(to_hash))),
         previous_table.column("content_sha256").take(position.filter(to_hash)),
         config,
     )
     carried_mask = pc.or_(trusted, pc.is_in(listed.column("doc_id"), value_set=unchanged_bytes))
-    to_chunk: list[tuple[str, list[SourceFile]]] = [(folder.doc_id, [folder]) for folder in listing.unlisted]
-    to_chunk += [
-        (doc_id, listing.documents[doc_id])
-        for doc_id in listed.column("doc_id").filter(pc.invert(carried_mask)).to_pylist()
-    ]
-    to_chunk.sort(key=lambda item: item[0])
+    chunked = _rows_of(listing.documents, pc.invert(carried_mask))
+    to_chunk = ListedDocuments.by_doc_id(take_rows(listing.files, chunked), listing.unlisted)
     kept = _kept_under_unlisted(listing, previous_table, listed_ids)
-    total = len(listing.documents)
+    total = len(listed_ids)
     # With documents kept for a folder that could not be listed, only this run can keep them: never full.
     if total and len(to_chunk) > _INCREMENTAL_MAX_SHARE * total and not len(kept):
         return _full_plan(
@@ -347,7 +434,7 @@ def plan_rebuild(
     if len(kept):
         gone = pc.and_(gone, pc.invert(pc.is_in(before_ids, value_set=kept.column("doc_id").combine_chunks())))
     deleted_ids = before_ids.filter(gone)
-    touched = _shards(config, [doc_id for doc_id, _ in to_chunk])
+    touched = _shards(config, to_chunk.doc_ids().to_pylist())
     touched |= _shards(config, deleted_ids.to_pylist())
     # An error row with no document (a folder that could not be listed then) is made again or dropped.
     touched |= _shards(config, _documentless_errors(config, before_ids))
@@ -386,9 +473,7 @@ _LISTED_TYPES = {
     "source_etag": pa.string(),
     "source_version": pa.string(),
 }
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _FALSE = bool_array([False])[0]
-_MICROSECOND = timedelta(microseconds=1)
 
 
 def _planned_columns(documents: pa.Table) -> pa.Table:
@@ -406,35 +491,48 @@ def _planned_columns(documents: pa.Table) -> pa.Table:
     return pa.table(columns, names=list(PLANNED_COLUMNS))
 
 
-def _listed_table(listing: InputListing) -> pa.Table:
-    """The listing as Arrow columns, one row per listed doc_id: its first file's ``source_uri``, size and
-    metadata, and ``sole`` (only one file holds the doc_id and it has no problem). Converted
-    :data:`_BATCH_ROWS` documents at a time, so that the Python values in between stay few."""
-    groups = iter(listing.documents.items())
-    batches = []
-    while batch := list(itertools.islice(groups, _BATCH_ROWS)):
-        sources = [group[0] for _, group in batch]
-        batches.append(
-            pa.record_batch(
-                [
-                    string_array([doc_id for doc_id, _ in batch]),
-                    string_array([source.source_uri for source in sources]),
-                    int64_array([source.size_bytes for source in sources]),
-                    int64_array(
-                        [
-                            None if source.modified_time is None else (source.modified_time - _EPOCH) // _MICROSECOND
-                            for source in sources
-                        ]
-                    ),
-                    int64_array([source.mtime_ns for source in sources]),
-                    string_array([source.etag for source in sources]),
-                    string_array([source.version for source in sources]),
-                    bool_array([len(group) == 1 and group[0].problem is None for _, group in batch]),
-                ],
-                schema=_LISTED_SCHEMA,
-            )
-        )
-    return pa.Table.from_batches(batches, schema=_LISTED_SCHEMA).combine_chunks()
+def _listed_table(listing: InputListing) -> tuple[pa.Table, pa.Array]:
+    """(the listing, one row per listed doc_id, sorted: its first file's ``source_uri``, size and metadata,
+    and ``sole`` (only one file holds the doc_id and it has no problem); the row of ``listing.files`` of
+    each one's first file)."""
+    documents = listing.documents
+    first = documents.first_rows()
+    names = ["doc_id", "source_uri", "size_bytes", "modified_time", "mtime_ns", "etag", "version", "problem_stage"]
+    firsts = take_rows(listing.files.select(names), first)
+    sole = pc.and_(
+        pc.equal(_as_int64(np.diff(documents.starts)), int64_array([1])[0]), pc.is_null(firsts.column("problem_stage"))
+    )
+    table = pa.table(
+        [
+            firsts.column("doc_id").cast(pa.string()),
+            firsts.column("source_uri").cast(pa.string()),
+            firsts.column("size_bytes"),
+            firsts.column("modified_time"),
+            firsts.column("mtime_ns"),
+            firsts.column("etag").cast(pa.string()),
+            firsts.column("version").cast(pa.string()),
+            sole,
+        ],
+        schema=_LISTED_SCHEMA,
+    )
+    return table.combine_chunks(), _as_int64(first)
+
+
+def _rows_of(documents: ListedDocuments, chosen: pa.Array) -> np.ndarray:
+    """The rows of ``documents.files`` of the pairs ``chosen`` (a mask over the pairs), in the pairs'
+    order."""
+    picked = np.flatnonzero(numpy_values(pc.fill_null(chosen, _FALSE)))
+    lengths = np.diff(documents.starts)[picked]
+    ends = np.cumsum(lengths)
+    positions = np.arange(int(ends[-1]) if len(ends) else 0, dtype=np.int64) + np.repeat(
+        documents.starts[picked] - (ends - lengths), lengths
+    )
+    return positions if documents.rows is None else documents.rows[positions]
+
+
+def _as_int64(values: np.ndarray) -> pa.Array:
+    values = np.ascontiguousarray(values, dtype=np.int64)
+    return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values)])
 
 
 _BATCH_ROWS = 65_536
@@ -508,9 +606,10 @@ def _any_valid(table: pa.Table, names: tuple[str, ...]) -> pa.Array:
     return result
 
 
-def _unchanged_bytes(sources: list[SourceFile], published: pa.Array, config: RunConfig) -> pa.Array:
-    """The doc_ids of ``sources`` whose bytes hash as ``published`` (their previous content SHA-256, in
-    the same order)."""
+def _unchanged_bytes(files: pa.Table, published: pa.Array, config: RunConfig) -> pa.Array:
+    """The doc_ids of ``files`` (listed rows) whose bytes hash as ``published`` (their previous content
+    SHA-256, in the same order)."""
+    sources = source_files_of(files)
     digests = _content_digests(sources, config)
     return string_array(
         [
@@ -533,7 +632,7 @@ def _full_plan(
     plan = RebuildPlan("full", reason, previous, to_chunk=listing.groups(), listed=True)
     if before is not None:
         before_ids = pc.unique(before.combine_chunks())
-        listed_ids = string_array(list(listing.documents))
+        listed_ids = listing.doc_ids()
         plan.documents_before = len(before_ids)
         plan.documents_deleted = len(before_ids) - (pc.sum(pc.is_in(before_ids, value_set=listed_ids)).as_py() or 0)
     return plan
@@ -598,7 +697,7 @@ def _refuse_full_rebuild_over_unlisted(
         return  # nothing was published from the folder: its error row is all there is to say
     kept = None
     if previous is not None:
-        kept = len(_kept_under_unlisted(listing, previous, string_array(list(listing.documents))))
+        kept = len(_kept_under_unlisted(listing, previous, listing.doc_ids()))
         if not kept:
             return
     folder = listing.unlisted[0]

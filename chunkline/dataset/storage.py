@@ -9,7 +9,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 import numpy as np
@@ -260,9 +260,12 @@ def read_file_bytes(fs, path: str, *, secrets: tuple[str, ...] = ()) -> bytes:
     return storage_call(read, storage_url(fs, path), "read", secrets)
 
 
-def write_file_atomically(fs, path: str, data: bytes, *, secrets: tuple[str, ...] = ()) -> None:
+def write_file_atomically(
+    fs, path: str, data: bytes | Callable[[], Iterable[bytes]], *, secrets: tuple[str, ...] = ()
+) -> None:
     """Write ``data`` to ``path`` so that no reader sees a partial file; a transient storage error is
-    retried (see :func:`with_storage_retries`).
+    retried (see :func:`with_storage_retries`). ``data`` may be a function giving the bytes in pieces
+    (called again for each attempt), so that a long file is never held whole.
 
     On a local disk the bytes go to a temporary name first and are renamed into place (a failed attempt's
     temporary file is removed); object stores make a single PUT visible all at once, and get no folders:
@@ -271,17 +274,24 @@ def write_file_atomically(fs, path: str, data: bytes, *, secrets: tuple[str, ...
     local = isinstance(fs, LocalFileSystem) or "file" in _protocols(fs)
     object_store = not _OBJECT_STORE_PROTOCOLS.isdisjoint(_protocols(fs))
 
+    def write_to(handle) -> None:
+        if isinstance(data, bytes | bytearray | memoryview):
+            handle.write(data)
+        else:
+            for piece in data():
+                handle.write(piece)
+
     def write() -> None:
         if not object_store:
             fs.makedirs(parent, exist_ok=True)
         if not local:
             with fs.open(path, "wb") as handle:
-                handle.write(data)
+                write_to(handle)
             return
         temporary = f"{path}.tmp-{uuid.uuid4().hex}"
         try:
             with fs.open(temporary, "wb") as handle:
-                handle.write(data)
+                write_to(handle)
             fs.mv(temporary, path)
         except BaseException:
             try:

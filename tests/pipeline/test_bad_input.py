@@ -87,8 +87,8 @@ def bad(tmp_path_factory):
     original_match = inputs_module.match_input
     original_chunk = document_rows_module.chunk_document_with_section_rows
 
-    def match_then_delete(url, input_index, config):
-        matched = list(original_match(url, input_index, config))
+    def match_then_delete(url, input_index, config, **keywords):
+        matched = list(original_match(url, input_index, config, **keywords))
         assert "drafts/vanishing.md" in {source.doc_id for source in matched}
         (root / "drafts" / "vanishing.md").unlink()  # gone after matching, before reading
         yield from matched

@@ -1,0 +1,379 @@
+"""The driver's listing held as Arrow rows: one row per matched file, a column per field of its
+:class:`~chunkline.dataset.inputs.SourceFile`.
+
+A corpus of a million small pages lists a million files. As Python objects (a ``SourceFile`` with its
+strings, a datetime and a list around it) each costs the driver close to a kilobyte; as Arrow rows, about
+two hundred bytes, and the plan's and the staged listing's work on them is done by Arrow's kernels. Files
+come in from the inputs' listing a batch at a time (:func:`listed_files_table`), so the Python objects of
+one batch are all there ever are at once; a ``SourceFile`` is made again from its row only where one is
+needed (a file hashed by the plan, a document read in this process, a line of the staged listing).
+
+:class:`ListedDocuments` groups such rows into ``(doc_id, files)`` pairs, the shape the pipeline reads:
+it answers ``len``, iterates its pairs lazily, a batch of rows at a time, and gives the doc_ids and first
+files' sizes as Arrow arrays.
+
+Every field survives the trip: a path or message holding a lone surrogate (a name that was not UTF-8) is
+kept as binary, encoded with ``surrogatepass``; doc_ids and URLs are valid UTF-8 (see
+:func:`~chunkline.dataset.inputs.utf8_name`); modification times are kept in microseconds since the epoch,
+in UTC, their precision.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import datetime, timedelta, timezone
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from chunkline.dataset.arrow_columns import bool_array, empty_table, int64_array, numpy_values
+from chunkline.dataset.inputs import FileProblem, SourceFile
+
+__all__ = [
+    "LISTED_FILES_SCHEMA",
+    "ListedDocuments",
+    "listed_files_batch",
+    "listed_files_table",
+    "python_columns",
+    "source_files_of",
+    "take_rows",
+]
+
+LISTED_FILES_SCHEMA = pa.schema(
+    [
+        ("doc_id", pa.binary()),
+        ("source_uri", pa.binary()),
+        ("input_index", pa.int64()),
+        ("path", pa.binary()),
+        ("size_bytes", pa.int64()),
+        ("modified_time", pa.int64()),
+        ("problem_stage", pa.binary()),
+        ("problem_error_type", pa.binary()),
+        ("problem_message", pa.binary()),
+        ("problem_skipped", pa.bool_()),
+        ("mtime_ns", pa.int64()),
+        ("etag", pa.binary()),
+        ("version", pa.binary()),
+    ]
+)
+"""One row per listed file. Text is kept as its UTF-8 bytes (``surrogatepass``: a lone surrogate survives,
+and byte order is code point order, as Python compares text); ``modified_time`` is in microseconds since
+the epoch; ``problem_*`` are null when the file has no problem."""
+
+TEXT_COLUMNS = (
+    "doc_id",
+    "source_uri",
+    "path",
+    "problem_stage",
+    "problem_error_type",
+    "problem_message",
+    "etag",
+    "version",
+)
+
+BATCH_ROWS = 16_384
+"""Files converted between Python and Arrow at a time."""
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def _text_array(values: Sequence[str | None]) -> pa.Array:
+    """``values`` (any Python text, lone surrogates included) as a binary array of their UTF-8 bytes
+    (``surrogatepass``), None: null."""
+    nulls = values.count(None)
+    if nulls == len(values):  # a column no file has a value in (no problem, no ETag): nothing to encode
+        return pa.nulls(len(values), pa.binary())
+    encoded = [b"" if value is None else value.encode("utf-8", "surrogatepass") for value in values]
+    offsets = np.zeros(len(values) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, encoded), dtype=np.int64, count=len(values)), out=offsets[1:])
+    validity = None
+    if nulls:
+        mask = np.fromiter((value is not None for value in values), dtype=bool, count=len(values))
+        validity = pa.py_buffer(np.packbits(mask, bitorder="little"))
+    data = pa.py_buffer(b"".join(encoded))
+    if offsets[-1] < 2**31:
+        return pa.Array.from_buffers(pa.binary(), len(values), [validity, pa.py_buffer(offsets.astype(np.int32)), data])
+    return pa.Array.from_buffers(pa.large_binary(), len(values), [validity, pa.py_buffer(offsets), data]).cast(
+        pa.binary()
+    )
+
+
+def _decoded(values: list[bytes | None]) -> list[str | None]:
+    return [None if value is None else value.decode("utf-8", "surrogatepass") for value in values]
+
+
+def listed_files_batch(sources: Sequence[SourceFile]) -> pa.RecordBatch:
+    """``sources`` as rows of :data:`LISTED_FILES_SCHEMA` (their bytes, if any, are left out)."""
+    problems = [source.problem for source in sources]
+    return pa.record_batch(
+        [
+            _text_array([source.doc_id for source in sources]),
+            _text_array([source.source_uri for source in sources]),
+            int64_array([source.input_index for source in sources]),
+            _text_array([source.path for source in sources]),
+            int64_array([source.size_bytes for source in sources]),
+            int64_array(
+                [
+                    None if source.modified_time is None else (source.modified_time - _EPOCH) // _MICROSECOND
+                    for source in sources
+                ]
+            ),
+            _text_array([None if problem is None else problem.stage for problem in problems]),
+            _text_array([None if problem is None else problem.error_type for problem in problems]),
+            _text_array([None if problem is None else problem.message for problem in problems]),
+            bool_array([None if problem is None else problem.skipped for problem in problems]),
+            int64_array([source.mtime_ns for source in sources]),
+            _text_array([source.etag for source in sources]),
+            _text_array([source.version for source in sources]),
+        ],
+        schema=LISTED_FILES_SCHEMA,
+    )
+
+
+def listed_files_table(sources: Iterable[SourceFile]) -> pa.Table:
+    """``sources`` as one table of :data:`LISTED_FILES_SCHEMA`, in their order, converted
+    :data:`BATCH_ROWS` at a time (an iterator is read a batch at a time)."""
+    iterator = iter(sources)
+    batches = []
+    while batch := list(itertools.islice(iterator, BATCH_ROWS)):
+        # Copied into Arrow's memory pool: the rows outlive the batch's Python values, and kept apart
+        # from them, the heap those used is free again for the next batch's.
+        batches.append(pa.concat_batches([listed_files_batch(batch)]))
+    return pa.Table.from_batches(batches, schema=LISTED_FILES_SCHEMA)
+
+
+def python_columns(rows: pa.Table | pa.RecordBatch) -> dict[str, list]:
+    """The columns of ``rows`` (:data:`LISTED_FILES_SCHEMA`) as Python lists, text decoded."""
+    return {
+        name: _decoded(rows.column(name).to_pylist()) if name in TEXT_COLUMNS else rows.column(name).to_pylist()
+        for name in LISTED_FILES_SCHEMA.names
+    }
+
+
+def source_files_of(rows: pa.Table | pa.RecordBatch) -> list[SourceFile]:
+    """The ``SourceFile`` of each row of ``rows`` (:data:`LISTED_FILES_SCHEMA`), in order."""
+    columns = python_columns(rows)
+    result = []
+    for (
+        doc_id,
+        source_uri,
+        input_index,
+        path,
+        size_bytes,
+        modified_time,
+        stage,
+        error_type,
+        message,
+        skipped,
+        mtime_ns,
+        etag,
+        version,
+    ) in zip(*(columns[name] for name in LISTED_FILES_SCHEMA.names)):
+        result.append(
+            SourceFile(
+                doc_id=doc_id,
+                source_uri=source_uri,
+                input_index=input_index,
+                path=path,
+                size_bytes=size_bytes,
+                modified_time=None if modified_time is None else _EPOCH + timedelta(microseconds=modified_time),
+                problem=None if stage is None else FileProblem(stage, error_type, message, skipped),
+                mtime_ns=mtime_ns,
+                etag=etag,
+                version=version,
+            )
+        )
+    return result
+
+
+class ListedDocuments:
+    """``(doc_id, files)`` pairs held as Arrow rows: the files of pair ``i`` are rows
+    ``rows[starts[i]:starts[i + 1]]`` of ``files`` (:data:`LISTED_FILES_SCHEMA`; ``rows`` None: the rows
+    in their order), and a pair's doc_id is its first file's. The rows are never copied to put them in
+    order: ``rows`` is that order. Iterating gives the pairs in order, made :data:`BATCH_ROWS` rows at a
+    time."""
+
+    def __init__(self, files: pa.Table, starts: np.ndarray, rows: np.ndarray | None = None):
+        self.files = files
+        self.starts = np.asarray(starts, dtype=np.int64)
+        self.rows = rows
+
+    @classmethod
+    def empty(cls) -> ListedDocuments:
+        return cls(empty_table(LISTED_FILES_SCHEMA), np.zeros(1, np.int64))
+
+    @classmethod
+    def of_pairs(cls, pairs: Iterable[tuple[str, Sequence[SourceFile]]]) -> ListedDocuments:
+        """``pairs`` as rows (each pair's doc_id is taken from its files; a pair needs at least one)."""
+        if isinstance(pairs, ListedDocuments):
+            return pairs
+        sizes: list[int] = []
+
+        def files() -> Iterator[SourceFile]:
+            for _, group in pairs:
+                sizes.append(len(group))
+                yield from group
+
+        table = listed_files_table(files())
+        starts = np.zeros(len(sizes) + 1, np.int64)
+        np.cumsum(np.asarray(sizes, dtype=np.int64), out=starts[1:])
+        return cls(table, starts)
+
+    @classmethod
+    def by_doc_id(
+        cls,
+        files: pa.Table,
+        singles: Sequence[SourceFile] = (),
+        *,
+        then_by: tuple[str, ...] = (),
+        rank: np.ndarray | None = None,
+    ) -> ListedDocuments:
+        """The rows of ``files`` grouped by doc_id, sorted by doc_id: each group's files in their order in
+        ``files``, or by the columns ``then_by``, or by ``rank`` (a number per row); each of ``singles`` a
+        pair of its own after any group of the same doc_id."""
+        count = files.num_rows
+        keys = ["doc_id", *then_by]
+        table = files.select(keys)
+        if rank is not None or singles:
+            numbers = np.arange(count, dtype=np.int64) if rank is None else np.asarray(rank, dtype=np.int64)
+            table = table.append_column("rank", pa.chunked_array([_int64_array(numbers)]))
+            keys.append("rank")
+        if singles:
+            single_rows = pa.concat_batches([listed_files_batch(list(singles))])
+            files = pa.concat_tables([files, pa.Table.from_batches([single_rows])])
+            single_keys = pa.table(
+                [single_rows.column("doc_id"), *(single_rows.column(name) for name in then_by)],
+                names=["doc_id", *then_by],
+            ).append_column("rank", _int64_array(np.arange(len(singles), dtype=np.int64) + count))
+            table = pa.concat_tables([table, single_keys])
+        total = files.num_rows
+        if total == 0:
+            return cls(files, np.zeros(1, np.int64))
+        rows = numpy_values(pc.sort_indices(table, sort_keys=[(key, "ascending") for key in keys]))  # stable
+        del table
+        new_group = np.ones(total, dtype=bool)
+        doc_ids = files.select(["doc_id"])
+        for start in range(0, total, BATCH_ROWS):
+            # The doc_ids in order a batch at a time (with the one before), never a sorted copy of them all.
+            before = max(start - 1, 0)
+            ids = _one_array(take_rows(doc_ids, rows[before : start + BATCH_ROWS]).column(0))
+            if len(ids) > 1:
+                new_group[before + 1 : start + BATCH_ROWS] = numpy_values(
+                    pc.not_equal(ids.slice(1), ids.slice(0, len(ids) - 1))
+                )
+        if total > 1:
+            if singles:
+                single = rows >= count
+                new_group[1:] |= single[1:] | single[:-1]
+        starts = np.append(np.flatnonzero(new_group), total).astype(np.int64)
+        return cls(files, starts, rows)
+
+    def __len__(self) -> int:
+        return len(self.starts) - 1
+
+    def __bool__(self) -> bool:
+        return len(self) > 0
+
+    def __iter__(self) -> Iterator[tuple[str, list[SourceFile]]]:
+        return self.pairs()
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, ListedDocuments | list | tuple):
+            return list(self) == list(other)
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"ListedDocuments({len(self)} documents, {self.files.num_rows} files)"
+
+    def first_rows(self) -> np.ndarray:
+        """The row of ``files`` of each pair's first file, in order."""
+        positions = self.starts[:-1]
+        return positions if self.rows is None else self.rows[positions]
+
+    def doc_ids(self) -> pa.Array:
+        """Each pair's doc_id, in order (a string array: doc_ids are valid UTF-8)."""
+        return self._firsts("doc_id").cast(pa.string())
+
+    def first_sizes(self) -> pa.Array:
+        """Each pair's first file's ``size_bytes`` (null: not known), in order."""
+        return self._firsts("size_bytes")
+
+    def _firsts(self, name: str) -> pa.Array:
+        return _one_array(take_rows(self.files.select([name]), self.first_rows()).column(0))
+
+    def pairs(self, order: np.ndarray | None = None) -> Iterator[tuple[str, list[SourceFile]]]:
+        """The pairs in order, or in ``order`` (pair numbers) when given, made a batch of rows at a time."""
+        for lengths, rows in self.row_batches(order):
+            sources = source_files_of(rows)
+            offset = 0
+            for length in lengths:
+                group = sources[offset : offset + length]
+                yield group[0].doc_id, group
+                offset += length
+
+    def row_batches(self, order: np.ndarray | None = None) -> Iterator[tuple[list[int], pa.Table]]:
+        """The pairs' rows a batch at a time, in order or in ``order`` (pair numbers): (each pair's number of
+        files, their rows)."""
+        lengths = np.diff(self.starts)
+        groups = np.arange(len(self), dtype=np.int64) if order is None else np.asarray(order, dtype=np.int64)
+        position = 0
+        while position < len(groups):
+            # As many pairs as fit in a batch of rows (at least one).
+            batch_lengths = lengths[groups[position : position + BATCH_ROWS]]
+            take = max(1, int(np.searchsorted(np.cumsum(batch_lengths), BATCH_ROWS, side="right")))
+            chosen = groups[position : position + take]
+            chosen_lengths = lengths[chosen]
+            ends = np.cumsum(chosen_lengths)
+            row_numbers = np.arange(int(ends[-1]), dtype=np.int64) + np.repeat(
+                self.starts[chosen] - (ends - chosen_lengths), chosen_lengths
+            )
+            if self.rows is not None:
+                row_numbers = self.rows[row_numbers]
+            yield chosen_lengths.tolist(), take_rows(self.files, row_numbers)
+            position += take
+
+    def largest_first_order(self) -> np.ndarray:
+        """The pair numbers largest first file first, then by doc_id; unknown sizes after every known one
+        (:func:`chunkline.dataset.listing.largest_first`'s order)."""
+        keys = pa.table(
+            [pc.fill_null(self.first_sizes(), int64_array([-1])[0]), self._firsts("doc_id")], names=["size", "doc_id"]
+        )
+        return numpy_values(pc.sort_indices(keys, sort_keys=[("size", "descending"), ("doc_id", "ascending")]))
+
+
+def take_rows(table: pa.Table, rows: np.ndarray) -> pa.Table:
+    """``table.take(rows)``, one chunk at a time: Arrow's own take joins a column's chunks into one copy
+    first, which for a listing of millions of files is a copy of the listing per call."""
+    rows = np.asarray(rows, dtype=np.int64)
+    batches = [batch for batch in table.to_batches() if batch.num_rows]
+    if len(batches) <= 1:
+        single = pa.Table.from_batches(batches, schema=table.schema)
+        return single.take(_int64_array(rows)) if batches else single.slice(0, 0)
+    starts = np.cumsum([0] + [batch.num_rows for batch in batches])
+    chunk = np.searchsorted(starts, rows, side="right") - 1
+    by_chunk = np.argsort(chunk, kind="stable")
+    sorted_chunks = chunk[by_chunk]
+    pieces = []
+    for number in np.unique(sorted_chunks).tolist():
+        low, high = np.searchsorted(sorted_chunks, [number, number + 1])
+        local = rows[by_chunk[low:high]] - starts[number]
+        pieces.append(batches[number].take(_int64_array(local)))
+    gathered = pa.Table.from_batches(pieces, schema=table.schema).combine_chunks()
+    inverse = np.empty_like(by_chunk)
+    inverse[by_chunk] = np.arange(len(by_chunk), dtype=by_chunk.dtype)
+    return gathered.take(_int64_array(inverse))
+
+
+def _one_array(column: pa.ChunkedArray) -> pa.Array:
+    """``column`` as one array (``combine_chunks`` of no chunks imports pandas)."""
+    if column.num_chunks == 1:
+        return column.chunk(0)
+    return pa.concat_arrays(column.chunks) if column.num_chunks else pa.nulls(0, column.type)
+
+
+def _int64_array(values: np.ndarray) -> pa.Array:
+    values = np.ascontiguousarray(values, dtype=np.int64)
+    return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values)])
