@@ -136,8 +136,11 @@ def test_a_local_folder_lists_as_the_general_listing_does(tmp_path_factory, tree
     with unlistable([folders[number] for number in denied if number < len(folders)]):
         fast = list(match_input(url, 3, config))
         general = general_listing(url, 3, config)
+        as_walked = list(match_input(url, 3, config, ordered=False))
     assert fast == general
     assert [source.path for source in fast if source.path] == sorted(source.path for source in fast if source.path)
+    # Unordered (as the driver's listing streams it): the same files, in the walk's order.
+    assert sorted(as_walked, key=repr) == sorted(fast, key=repr)
 
 
 def test_a_realistic_tree_lists_every_kind_of_entry(tmp_path):

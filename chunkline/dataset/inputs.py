@@ -445,7 +445,7 @@ def match_input(url: str, input_index: int, config: InputConfig, *, ordered: boo
     elif fs.isdir(path):
         root = path
         if _plain_local_folder(fs, path, url, extensions):
-            yield from _local_folder_sources(fs, path, url, input_index, config, extensions)
+            yield from _local_folder_sources(fs, path, url, input_index, config, extensions, ordered=ordered)
             return
         if local:
             entries = walk_local_folder(path)
@@ -522,9 +522,17 @@ def _plain_local_folder(fs: fsspec.AbstractFileSystem, path: str, url: str, exte
 
 
 def _local_folder_sources(
-    fs: LocalFileSystem, root: str, url: str, input_index: int, config: InputConfig, extensions: tuple[str, ...]
+    fs: LocalFileSystem,
+    root: str,
+    url: str,
+    input_index: int,
+    config: InputConfig,
+    extensions: tuple[str, ...],
+    *,
+    ordered: bool = True,
 ) -> Iterator[SourceFile]:
-    """:func:`match_input` for a local folder (see :func:`_plain_local_folder`), sorted by path as it sorts.
+    """:func:`match_input` for a local folder (see :func:`_plain_local_folder`), sorted by path as it sorts;
+    with ``ordered=False``, folder by folder as the walk finds them (one folder's files held at a time).
 
     What every file of one folder shares (its doc_id's folder part, the ``file://`` URL of the folder, as
     valid UTF-8) is worked out once per folder; a plain file whose name needs nothing of its own (no
@@ -568,9 +576,14 @@ def _local_folder_sources(
             if (include or exclude) and not _selected(doc_id, config):
                 continue
             found.append((path, _local_source_file(doc_id, folder_uri + plain_name, input_index, path, status)))
-    found.sort(key=_listed_path)
-    for _, source in found:
-        yield source
+        if not ordered:
+            for _, source in found:
+                yield source
+            found.clear()
+    if ordered:
+        found.sort(key=_listed_path)
+        for _, source in found:
+            yield source
 
 
 def _listed_path(pair: tuple[str, SourceFile]) -> str:
