@@ -5,7 +5,6 @@ the root; and every field of a listed file survives the trip through Arrow."""
 from __future__ import annotations
 
 import json
-import os
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -21,21 +20,9 @@ from chunkline.dataset.rebuild import PLANNED_COLUMNS, InputListing, list_inputs
 from chunkline.dataset.settings import load_run_config
 
 from .conftest import run, write_files
+from .test_publish_guard import deny_listing
 
 pytestmark = pytest.mark.timeout(300)
-
-
-def deny_listing(monkeypatch, *folders: Path) -> None:
-    """Make ``folders`` unlistable, as a folder without read permission is for a user who is not root."""
-    denied = {os.path.realpath(folder) for folder in folders}
-    original = os.scandir
-
-    def scandir(path="."):
-        if not isinstance(path, int) and os.path.realpath(path) in denied:
-            raise PermissionError(13, "Permission denied", os.fspath(path))
-        return original(path)
-
-    monkeypatch.setattr(os, "scandir", scandir)
 
 
 @pytest.fixture
