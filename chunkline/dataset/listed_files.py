@@ -32,10 +32,14 @@ from chunkline.dataset.arrow_columns import bool_array, empty_table, int64_array
 from chunkline.dataset.inputs import FileProblem, SourceFile
 
 __all__ = [
+    "HELD_FILES_SCHEMA",
     "LISTED_FILES_SCHEMA",
     "ListedDocuments",
+    "held_columns",
+    "held_rows",
     "listed_files_batch",
     "listed_files_table",
+    "plain_rows",
     "python_columns",
     "source_files_of",
     "take_rows",
@@ -74,7 +78,41 @@ TEXT_COLUMNS = (
 )
 
 BATCH_ROWS = 16_384
-"""Files converted between Python and Arrow at a time."""
+"""Files converted between Python and Arrow at a time; also the most rows of one batch of
+:data:`HELD_FILES_SCHEMA`, whose dictionaries are numbered with 16-bit indices."""
+
+SPLIT_COLUMNS = ("doc_id", "source_uri", "path")
+"""The text columns held split at their last ``/``: a folder, shared by the files of one folder, and a
+name."""
+
+_FOLDER = pa.dictionary(pa.int16(), pa.binary())
+
+HELD_FILES_SCHEMA = pa.schema(
+    [
+        ("doc_id_folder", _FOLDER),
+        ("doc_id_name", pa.binary()),
+        ("source_uri_folder", _FOLDER),
+        ("source_uri_name", pa.binary()),
+        ("input_index", pa.int32()),
+        ("path_folder", _FOLDER),
+        ("path_name", pa.binary()),
+        ("size_bytes", pa.int64()),
+        ("modified_time", pa.int64()),
+        ("problem_stage", _FOLDER),
+        ("problem_error_type", _FOLDER),
+        ("problem_message", _FOLDER),
+        ("problem_skipped", pa.bool_()),
+        ("mtime_ns", pa.int64()),
+        ("etag", _FOLDER),
+        ("version", _FOLDER),
+    ]
+)
+"""The rows of :data:`LISTED_FILES_SCHEMA` as the driver holds them, at most :data:`BATCH_ROWS` to a batch,
+each batch's dictionaries its own. Every file of one folder shares the part of its doc_id, ``source_uri``
+and ``path`` up to their last ``/`` (``…_folder``, a dictionary entry per folder; no ``/``: empty), and
+mostly their name after it (``…_name``; for ``source_uri`` and ``path`` null when it is the doc_id's). The
+other text columns, null for nearly every file, are dictionaries too (an index and a bit a row); the input's
+number is 32-bit. :func:`plain_rows` gives the rows back as :data:`LISTED_FILES_SCHEMA`, value for value."""
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _MICROSECOND = timedelta(microseconds=1)
@@ -83,10 +121,15 @@ _MICROSECOND = timedelta(microseconds=1)
 def _text_array(values: Sequence[str | None]) -> pa.Array:
     """``values`` (any Python text, lone surrogates included) as a binary array of their UTF-8 bytes
     (``surrogatepass``), None: null."""
-    nulls = values.count(None)
-    if nulls == len(values):  # a column no file has a value in (no problem, no ETag): nothing to encode
+    if values.count(None) == len(values):  # a column no file has a value in (no problem, no ETag): nothing to encode
         return pa.nulls(len(values), pa.binary())
-    encoded = [b"" if value is None else value.encode("utf-8", "surrogatepass") for value in values]
+    return _bytes_array([None if value is None else value.encode("utf-8", "surrogatepass") for value in values])
+
+
+def _bytes_array(values: Sequence[bytes | None]) -> pa.Array:
+    """``values`` as a binary array, None: null."""
+    nulls = values.count(None)
+    encoded = [b"" if value is None else value for value in values] if nulls else values
     offsets = np.zeros(len(values) + 1, dtype=np.int64)
     np.cumsum(np.fromiter(map(len, encoded), dtype=np.int64, count=len(values)), out=offsets[1:])
     validity = None
@@ -99,6 +142,141 @@ def _text_array(values: Sequence[str | None]) -> pa.Array:
     return pa.Array.from_buffers(pa.large_binary(), len(values), [validity, pa.py_buffer(offsets), data]).cast(
         pa.binary()
     )
+
+
+def _dictionary_array(values: Sequence[bytes | None]) -> pa.Array:
+    """``values`` (at most :data:`BATCH_ROWS`) as a dictionary of their distinct values and a 16-bit index
+    per value, None: null."""
+    count = len(values)
+    codes: dict[bytes, int] = {}
+    indices = np.fromiter(
+        (-1 if value is None else codes.setdefault(value, len(codes)) for value in values), np.int16, count=count
+    )
+    validity = None
+    null_count = 0
+    mask = indices >= 0
+    if not mask.all():
+        null_count = count - int(mask.sum())
+        validity = pa.py_buffer(np.packbits(mask, bitorder="little"))
+        indices[~mask] = 0
+    index_array = pa.Array.from_buffers(pa.int16(), count, [validity, pa.py_buffer(indices)], null_count=null_count)
+    return pa.DictionaryArray.from_arrays(index_array, _bytes_array(list(codes)))
+
+
+def _split(values: Sequence[bytes | None]) -> tuple[list[bytes | None], list[bytes | None]]:
+    """Each of ``values`` cut after its last ``/`` (bytes: a ``/`` is never part of another character's
+    UTF-8): (folders, names), None for None."""
+    folders: list[bytes | None] = []
+    names: list[bytes | None] = []
+    for value in values:
+        if value is None:
+            folders.append(None)
+            names.append(None)
+        else:
+            cut = value.rfind(b"/") + 1
+            folders.append(value[:cut])
+            names.append(value[cut:])
+    return folders, names
+
+
+def _held_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """One batch of :data:`LISTED_FILES_SCHEMA` rows (at most :data:`BATCH_ROWS`) as
+    :data:`HELD_FILES_SCHEMA` rows."""
+    columns: dict[str, pa.Array] = {}
+    doc_names: list[bytes | None] = []
+    for name in SPLIT_COLUMNS:
+        folders, names = _split(batch.column(name).to_pylist())
+        if name == "doc_id":
+            doc_names = names
+        else:  # the name, when it is the doc_id's, is not held twice
+            names = [
+                None if folder is not None and tail == doc_name else tail
+                for folder, tail, doc_name in zip(folders, names, doc_names)
+            ]
+        columns[f"{name}_folder"] = _dictionary_array(folders)
+        columns[f"{name}_name"] = _bytes_array(names)
+    for field in HELD_FILES_SCHEMA:
+        if field.name in columns:
+            continue
+        column = batch.column(field.name)
+        if pa.types.is_dictionary(field.type):
+            columns[field.name] = _dictionary_array(column.to_pylist())
+        else:
+            columns[field.name] = column.cast(field.type)
+    return pa.record_batch([columns[name] for name in HELD_FILES_SCHEMA.names], schema=HELD_FILES_SCHEMA)
+
+
+def held_rows(rows: pa.Table | pa.RecordBatch) -> pa.Table:
+    """``rows`` (:data:`LISTED_FILES_SCHEMA`, or already :data:`HELD_FILES_SCHEMA`) as a table of
+    :data:`HELD_FILES_SCHEMA`, in their order."""
+    if rows.schema.equals(HELD_FILES_SCHEMA):
+        return rows if isinstance(rows, pa.Table) else pa.Table.from_batches([rows])
+    batches = rows.to_batches() if isinstance(rows, pa.Table) else [rows]
+    held = [
+        _held_batch(batch.slice(start, BATCH_ROWS))
+        for batch in batches
+        for start in range(0, batch.num_rows, BATCH_ROWS)
+    ]
+    return pa.Table.from_batches(held, schema=HELD_FILES_SCHEMA)
+
+
+def held_columns(names: Iterable[str]) -> list[str]:
+    """The columns of :data:`HELD_FILES_SCHEMA` that hold the columns ``names`` of
+    :data:`LISTED_FILES_SCHEMA` (for ``select`` before :func:`take_rows` or :func:`plain_rows`)."""
+    held: list[str] = []
+    for name in names:
+        if name in SPLIT_COLUMNS:
+            wanted = [f"{name}_folder", f"{name}_name"] + ([] if name == "doc_id" else ["doc_id_name"])
+        else:
+            wanted = [name]
+        held += [column for column in wanted if column not in held]
+    return held
+
+
+def plain_rows(rows: pa.Table | pa.RecordBatch) -> pa.Table:
+    """``rows`` of :data:`HELD_FILES_SCHEMA` (all its columns or some, as :func:`held_columns` names them) as
+    the columns of :data:`LISTED_FILES_SCHEMA` they hold, in that schema's order; other columns as they
+    are."""
+    batches = rows.to_batches() if isinstance(rows, pa.Table) else [rows]
+    plain = [_plain_batch(batch) for batch in batches]
+    return pa.Table.from_batches(plain, schema=_plain_schema(rows.schema))
+
+
+def _plain_schema(schema: pa.Schema) -> pa.Schema:
+    fields = []
+    for field in schema:
+        name = field.name
+        if name.endswith("_folder") and name[: -len("_folder")] in SPLIT_COLUMNS:
+            fields.append(LISTED_FILES_SCHEMA.field(name[: -len("_folder")]))
+        elif name.endswith("_name") and name[: -len("_name")] in SPLIT_COLUMNS:
+            continue
+        elif name in LISTED_FILES_SCHEMA.names:
+            fields.append(LISTED_FILES_SCHEMA.field(name))
+        else:
+            fields.append(field)
+    return pa.schema(fields)
+
+
+def _plain_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
+    schema = _plain_schema(batch.schema)
+    arrays = []
+    for field in schema:
+        name = field.name
+        if name in SPLIT_COLUMNS and f"{name}_folder" in batch.schema.names:
+            tail = batch.column(f"{name}_name")
+            if name != "doc_id":
+                tail = pc.coalesce(tail, batch.column("doc_id_name"))
+            folder = batch.column(f"{name}_folder").dictionary_decode()
+            arrays.append(pc.binary_join_element_wise(folder, tail, _EMPTY))
+        else:
+            column = batch.column(name)
+            if pa.types.is_dictionary(column.type):
+                column = column.dictionary_decode()
+            arrays.append(column if column.type == field.type else column.cast(field.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+_EMPTY = _bytes_array([b""])[0]
 
 
 def _decoded(values: list[bytes | None]) -> list[str | None]:
@@ -134,19 +312,21 @@ def listed_files_batch(sources: Sequence[SourceFile]) -> pa.RecordBatch:
 
 
 def listed_files_table(sources: Iterable[SourceFile]) -> pa.Table:
-    """``sources`` as one table of :data:`LISTED_FILES_SCHEMA`, in their order, converted
+    """``sources`` as one table of :data:`HELD_FILES_SCHEMA`, in their order, converted
     :data:`BATCH_ROWS` at a time (an iterator is read a batch at a time)."""
     iterator = iter(sources)
     batches = []
     while batch := list(itertools.islice(iterator, BATCH_ROWS)):
         # Copied into Arrow's memory pool: the rows outlive the batch's Python values, and kept apart
         # from them, the heap those used is free again for the next batch's.
-        batches.append(pa.concat_batches([listed_files_batch(batch)]))
-    return pa.Table.from_batches(batches, schema=LISTED_FILES_SCHEMA)
+        batches.append(pa.concat_batches([_held_batch(listed_files_batch(batch))]))
+    return pa.Table.from_batches(batches, schema=HELD_FILES_SCHEMA)
 
 
 def python_columns(rows: pa.Table | pa.RecordBatch) -> dict[str, list]:
-    """The columns of ``rows`` (:data:`LISTED_FILES_SCHEMA`) as Python lists, text decoded."""
+    """The columns of ``rows`` (:data:`LISTED_FILES_SCHEMA` or :data:`HELD_FILES_SCHEMA`) as Python lists
+    of :data:`LISTED_FILES_SCHEMA`'s values, text decoded."""
+    rows = plain_rows(rows)
     return {
         name: _decoded(rows.column(name).to_pylist()) if name in TEXT_COLUMNS else rows.column(name).to_pylist()
         for name in LISTED_FILES_SCHEMA.names
@@ -154,7 +334,8 @@ def python_columns(rows: pa.Table | pa.RecordBatch) -> dict[str, list]:
 
 
 def source_files_of(rows: pa.Table | pa.RecordBatch) -> list[SourceFile]:
-    """The ``SourceFile`` of each row of ``rows`` (:data:`LISTED_FILES_SCHEMA`), in order."""
+    """The ``SourceFile`` of each row of ``rows`` (:data:`LISTED_FILES_SCHEMA` or :data:`HELD_FILES_SCHEMA`),
+    in order."""
     columns = python_columns(rows)
     result = []
     for (
@@ -191,19 +372,23 @@ def source_files_of(rows: pa.Table | pa.RecordBatch) -> list[SourceFile]:
 
 class ListedDocuments:
     """``(doc_id, files)`` pairs held as Arrow rows: the files of pair ``i`` are rows
-    ``rows[starts[i]:starts[i + 1]]`` of ``files`` (:data:`LISTED_FILES_SCHEMA`; ``rows`` None: the rows
+    ``rows[starts[i]:starts[i + 1]]`` of ``files`` (:data:`HELD_FILES_SCHEMA`; ``rows`` None: the rows
     in their order), and a pair's doc_id is its first file's. The rows are never copied to put them in
     order: ``rows`` is that order. Iterating gives the pairs in order, made :data:`BATCH_ROWS` rows at a
     time."""
 
-    def __init__(self, files: pa.Table, starts: np.ndarray, rows: np.ndarray | None = None):
+    def __init__(
+        self, files: pa.Table, starts: np.ndarray, rows: np.ndarray | None = None, *, sorted_by_doc_id: bool = False
+    ):
         self.files = files
         self.starts = np.asarray(starts, dtype=np.int64)
         self.rows = rows
+        self.sorted_by_doc_id = sorted_by_doc_id
+        """Whether the pairs are in doc_id order (as :meth:`by_doc_id` puts them)."""
 
     @classmethod
     def empty(cls) -> ListedDocuments:
-        return cls(empty_table(LISTED_FILES_SCHEMA), np.zeros(1, np.int64))
+        return cls(empty_table(HELD_FILES_SCHEMA), np.zeros(1, np.int64))
 
     @classmethod
     def of_pairs(cls, pairs: Iterable[tuple[str, Sequence[SourceFile]]]) -> ListedDocuments:
@@ -234,28 +419,22 @@ class ListedDocuments:
         """The rows of ``files`` grouped by doc_id, sorted by doc_id: each group's files in their order in
         ``files``, or by the columns ``then_by``, or by ``rank`` (a number per row); each of ``singles`` a
         pair of its own after any group of the same doc_id."""
+        files = held_rows(files)
         count = files.num_rows
-        keys = ["doc_id", *then_by]
-        table = files.select(keys)
-        if rank is not None or singles:
-            numbers = np.arange(count, dtype=np.int64) if rank is None else np.asarray(rank, dtype=np.int64)
-            table = table.append_column("rank", pa.chunked_array([_int64_array(numbers)]))
-            keys.append("rank")
         if singles:
-            single_rows = pa.concat_batches([listed_files_batch(list(singles))])
-            files = pa.concat_tables([files, pa.Table.from_batches([single_rows])])
-            single_keys = pa.table(
-                [single_rows.column("doc_id"), *(single_rows.column(name) for name in then_by)],
-                names=["doc_id", *then_by],
-            ).append_column("rank", _int64_array(np.arange(len(singles), dtype=np.int64) + count))
-            table = pa.concat_tables([table, single_keys])
+            files = pa.concat_tables([files, held_rows(listed_files_batch(list(singles)))])
         total = files.num_rows
         if total == 0:
-            return cls(files, np.zeros(1, np.int64))
-        rows = numpy_values(pc.sort_indices(table, sort_keys=[(key, "ascending") for key in keys]))  # stable
-        del table
+            return cls(files, np.zeros(1, np.int64), sorted_by_doc_id=True)
+        # The doc_ids whole for as long as the order takes to find; the rows keep them split.
+        keys = plain_rows(files.select(held_columns(["doc_id"])))
+        if rank is not None or singles:
+            numbers = np.arange(count, dtype=np.int64) if rank is None else np.asarray(rank, dtype=np.int64)
+            numbers = np.concatenate([numbers, np.arange(count, total, dtype=np.int64)])
+            keys = keys.append_column("rank", pa.chunked_array([_int64_array(numbers)]))
+        rows = numpy_values(pc.sort_indices(keys, sort_keys=[(key, "ascending") for key in keys.column_names]))
         new_group = np.ones(total, dtype=bool)
-        doc_ids = files.select(["doc_id"])
+        doc_ids = keys.select(["doc_id"])
         for start in range(0, total, BATCH_ROWS):
             # The doc_ids in order a batch at a time (with the one before), never a sorted copy of them all.
             before = max(start - 1, 0)
@@ -264,12 +443,15 @@ class ListedDocuments:
                 new_group[before + 1 : start + BATCH_ROWS] = numpy_values(
                     pc.not_equal(ids.slice(1), ids.slice(0, len(ids) - 1))
                 )
+        del keys, doc_ids
+        if then_by:
+            _order_ties(files, rows, new_group, then_by)
         if total > 1:
             if singles:
                 single = rows >= count
                 new_group[1:] |= single[1:] | single[:-1]
         starts = np.append(np.flatnonzero(new_group), total).astype(np.int64)
-        return cls(files, starts, rows)
+        return cls(files, starts, rows, sorted_by_doc_id=True)
 
     def __len__(self) -> int:
         return len(self.starts) - 1
@@ -302,7 +484,7 @@ class ListedDocuments:
         return self._firsts("size_bytes")
 
     def _firsts(self, name: str) -> pa.Array:
-        return _one_array(take_rows(self.files.select([name]), self.first_rows()).column(0))
+        return _one_array(take_rows(self.files.select(held_columns([name])), self.first_rows()).column(name))
 
     def pairs(self, order: np.ndarray | None = None) -> Iterator[tuple[str, list[SourceFile]]]:
         """The pairs in order, or in ``order`` (pair numbers) when given, made a batch of rows at a time."""
@@ -338,20 +520,22 @@ class ListedDocuments:
     def largest_first_order(self) -> np.ndarray:
         """The pair numbers largest first file first, then by doc_id; unknown sizes after every known one
         (:func:`chunkline.dataset.listing.largest_first`'s order)."""
-        keys = pa.table(
-            [pc.fill_null(self.first_sizes(), int64_array([-1])[0]), self._firsts("doc_id")], names=["size", "doc_id"]
-        )
+        sizes = pc.fill_null(self.first_sizes(), int64_array([-1])[0])
+        if self.sorted_by_doc_id:  # a stable sort by size keeps the doc_ids' order among equal sizes
+            return np.argsort(-numpy_values(sizes), kind="stable")
+        keys = pa.table([sizes, self._firsts("doc_id")], names=["size", "doc_id"])
         return numpy_values(pc.sort_indices(keys, sort_keys=[("size", "descending"), ("doc_id", "ascending")]))
 
 
 def take_rows(table: pa.Table, rows: np.ndarray) -> pa.Table:
     """``table.take(rows)``, one chunk at a time: Arrow's own take joins a column's chunks into one copy
-    first, which for a listing of millions of files is a copy of the listing per call."""
+    first, which for a listing of millions of files is a copy of the listing per call. Rows of
+    :data:`HELD_FILES_SCHEMA` (or some of its columns) come out as :func:`plain_rows` gives them."""
     rows = np.asarray(rows, dtype=np.int64)
     batches = [batch for batch in table.to_batches() if batch.num_rows]
     if len(batches) <= 1:
         single = pa.Table.from_batches(batches, schema=table.schema)
-        return single.take(_int64_array(rows)) if batches else single.slice(0, 0)
+        return plain_rows(single.take(_int64_array(rows)) if batches else single.slice(0, 0))
     starts = np.cumsum([0] + [batch.num_rows for batch in batches])
     chunk = np.searchsorted(starts, rows, side="right") - 1
     by_chunk = np.argsort(chunk, kind="stable")
@@ -360,11 +544,40 @@ def take_rows(table: pa.Table, rows: np.ndarray) -> pa.Table:
     for number in np.unique(sorted_chunks).tolist():
         low, high = np.searchsorted(sorted_chunks, [number, number + 1])
         local = rows[by_chunk[low:high]] - starts[number]
-        pieces.append(batches[number].take(_int64_array(local)))
-    gathered = pa.Table.from_batches(pieces, schema=table.schema).combine_chunks()
+        pieces.append(_plain_batch(batches[number].take(_int64_array(local))))
+    gathered = pa.Table.from_batches(pieces, schema=_plain_schema(table.schema)).combine_chunks()
     inverse = np.empty_like(by_chunk)
     inverse[by_chunk] = np.arange(len(by_chunk), dtype=by_chunk.dtype)
     return gathered.take(_int64_array(inverse))
+
+
+def _order_ties(files: pa.Table, rows: np.ndarray, new_group: np.ndarray, then_by: tuple[str, ...]) -> None:
+    """Put the files of each doc_id held by several (``rows[i]`` in order, ``new_group[i]``: the doc_id
+    changes at ``i``) in order by the columns ``then_by``, keeping their order among equal values: as a
+    sort by doc_id, then ``then_by``, then the order found. Few doc_ids are held twice, and only their
+    files' values are taken."""
+    starts = np.flatnonzero(new_group)
+    sizes = np.diff(np.append(starts, len(rows)))
+    shared = sizes > 1
+    if not shared.any():
+        return
+    group_starts, group_sizes = starts[shared], sizes[shared]
+    ends = np.cumsum(group_sizes)
+    positions = np.arange(int(ends[-1]), dtype=np.int64) + np.repeat(group_starts - (ends - group_sizes), group_sizes)
+    columns = _column_lists(take_rows(files.select(held_columns(then_by)), rows[positions]), then_by)
+    keys = [tuple((True,) if value is None else (False, value) for value in values) for values in zip(*columns)]
+    offset = 0
+    for size in group_sizes.tolist():
+        group = range(offset, offset + size)
+        ordered = sorted(group, key=keys.__getitem__)
+        rows[positions[offset : offset + size]] = rows[positions[np.asarray(ordered, dtype=np.int64)]]
+        offset += size
+
+
+def _column_lists(rows: pa.Table, names: Iterable[str]) -> list[list]:
+    """The columns ``names`` of plain ``rows`` as Python lists (text as its bytes: in byte order, as Arrow
+    sorts binary)."""
+    return [rows.column(name).to_pylist() for name in names]
 
 
 def _one_array(column: pa.ChunkedArray) -> pa.Array:

@@ -56,8 +56,9 @@ from chunkline.dataset.arrow_columns import bool_array, empty_table, int64_array
 from chunkline.dataset.inputs import UNLISTED_FOLDER, SourceFile
 from chunkline.dataset.layout import keep_plan_path
 from chunkline.dataset.listed_files import (
-    LISTED_FILES_SCHEMA,
+    HELD_FILES_SCHEMA,
     ListedDocuments,
+    held_columns,
     listed_files_table,
     source_files_of,
     take_rows,
@@ -117,7 +118,7 @@ class InputListing:
     documents: ListedDocuments = field(default_factory=ListedDocuments.empty)
     """Every listed (doc_id, files) pair, sorted by doc_id, each doc_id's files in input order (several
     when inputs share a doc_id): Arrow rows, one per file
-    (:data:`~chunkline.dataset.listed_files.LISTED_FILES_SCHEMA`), files that will be error rows (a name
+    (:data:`~chunkline.dataset.listed_files.HELD_FILES_SCHEMA`), files that will be error rows (a name
     out of the root, a link out of it) included; folder error rows left out."""
     unlisted: list[SourceFile] = field(default_factory=list)
     """One error row per folder below an input that could not be listed (``problem.error_type`` is
@@ -181,7 +182,7 @@ def list_inputs(config: RunConfig) -> InputListing:
             raise PublishRefusedError(_no_match_message(url, config.input, secrets))
         tables.append(files)
         unlisted += sorted(folders, key=lambda folder: folder.doc_id)  # as match_input orders them
-    files = pa.concat_tables(tables) if tables else empty_table(LISTED_FILES_SCHEMA)
+    files = pa.concat_tables(tables) if tables else empty_table(HELD_FILES_SCHEMA)
     # By doc_id, then in input order: inputs in turn, each sorted by path, as match_input yields them.
     return InputListing(ListedDocuments.by_doc_id(files, then_by=("input_index", "path")), unlisted)
 
@@ -498,7 +499,7 @@ def _listed_table(listing: InputListing) -> tuple[pa.Table, pa.Array]:
     documents = listing.documents
     first = documents.first_rows()
     names = ["doc_id", "source_uri", "size_bytes", "modified_time", "mtime_ns", "etag", "version", "problem_stage"]
-    firsts = take_rows(listing.files.select(names), first)
+    firsts = take_rows(listing.files.select(held_columns(names)), first)
     sole = pc.and_(
         pc.equal(_as_int64(np.diff(documents.starts)), int64_array([1])[0]), pc.is_null(firsts.column("problem_stage"))
     )

@@ -8,12 +8,24 @@ import json
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chunkline.dataset.inputs import FileProblem, SourceFile
-from chunkline.dataset.listed_files import ListedDocuments, listed_files_batch, source_files_of
+from chunkline.dataset.listed_files import (
+    BATCH_ROWS,
+    HELD_FILES_SCHEMA,
+    ListedDocuments,
+    held_columns,
+    held_rows,
+    listed_files_batch,
+    listed_files_table,
+    plain_rows,
+    source_files_of,
+    take_rows,
+)
 from chunkline.dataset.listing import read_listing, write_listing
 from chunkline.dataset.publish import read_dataset, read_manifest
 from chunkline.dataset.rebuild import PLANNED_COLUMNS, InputListing, list_inputs, plan_rebuild
@@ -198,3 +210,101 @@ def test_a_listing_groups_files_by_doc_id_in_input_order():
     ]
     assert list(listing.groups())[1] == ("b/", [folder])
     assert epoch + timedelta(0) == list(listing.groups())[0][1][0].modified_time
+
+
+# Names shaped as listings give them: a few folders shared by many files, under roots of different shapes
+# (a URL's scheme and bucket, a local path, none), some with no folder part, some not UTF-8.
+name_parts = st.sampled_from(["a", "b", "page-1.md", "ü.md", "\udcff.md", "x\\y", ""]) | st.text(max_size=6)
+folders = st.lists(st.sampled_from(["", "f012/", "f012/f034/", "/", "ü/", "\udce9/", "a//"]), min_size=1, max_size=3)
+roots = st.sampled_from(["file:///data/corpus/", "s3://bucket/", "memory://", "gs://b/key/", "", "/"])
+
+
+@st.composite
+def listed_files(draw):
+    """Files of a few shared folders: doc_id ``folder/name``, its URL and path under a root; now and then a
+    ``source_uri`` or ``path`` whose name is not the doc_id's, or free text."""
+    shared = draw(folders)
+    files = []
+    for _ in range(draw(st.integers(0, 14))):
+        folder, name = draw(st.sampled_from(shared)), draw(name_parts)
+        doc_id = folder + name
+        root = draw(roots)
+        source_uri = draw(st.sampled_from([root + doc_id, root + folder, root + doc_id + "%20", doc_id]) | texts)
+        path = draw(st.sampled_from(["/data/corpus/" + doc_id, doc_id, "/data/" + folder + name.upper()]) | texts)
+        files.append(
+            SourceFile(
+                doc_id,
+                source_uri,
+                draw(st.integers(0, 10_000)),
+                path,
+                draw(st.none() | st.integers(0, 2**62)),
+                draw(times),
+                problem=draw(problems),
+                mtime_ns=draw(st.none() | int64s),
+                etag=draw(st.none() | st.sampled_from(['"e1"', 'W/"e2"']) | texts),
+                version=draw(st.none() | texts),
+            )
+        )
+    return files
+
+
+@settings(max_examples=300, deadline=None)
+@given(listed_files() | st.lists(source_files, max_size=12))
+def test_held_rows_are_the_plain_rows_value_for_value(sources):
+    plain = pa.Table.from_batches([listed_files_batch(sources)])
+    held = held_rows(plain)
+    assert held.schema.equals(HELD_FILES_SCHEMA)
+    assert plain_rows(held).equals(plain)
+    assert listed_files_table(sources).equals(held)
+    assert source_files_of(held) == sources
+    # Some columns at a time, through take_rows, in any order.
+    rows = pa.array(reversed(range(len(sources))), pa.int64())
+    for names in (["doc_id"], ["source_uri", "size_bytes"], ["path", "input_index", "problem_message"]):
+        assert take_rows(held.select(held_columns(names)), rows.to_numpy()).equals(plain.select(names).take(rows))
+
+
+@settings(max_examples=150, deadline=None)
+@given(listed_files() | st.lists(source_files, max_size=12))
+def test_files_grouped_by_doc_id_then_input_then_path_as_a_sort_of_the_plain_rows(sources):
+    """Grouping sorts the doc_ids whole and orders the files of a doc_id held twice by input and path, as
+    a sort of the plain rows by (doc_id, input, path, order listed) does, on the bytes of the text."""
+    shared = [*sources, *sources[:3]]  # some doc_ids held by several files
+    held = ListedDocuments.by_doc_id(listed_files_table(shared), then_by=("input_index", "path"))
+
+    def key(number):
+        source = shared[number]
+        encoded = (source.doc_id.encode("utf-8", "surrogatepass"), source.path.encode("utf-8", "surrogatepass"))
+        return encoded[0], source.input_index, encoded[1], number
+
+    expected = []
+    for number in sorted(range(len(shared)), key=key):
+        if expected and key(expected[-1][-1])[0] == key(number)[0]:
+            expected[-1].append(number)
+        else:
+            expected.append([number])
+    assert list(held) == [(shared[group[0]].doc_id, [shared[number] for number in group]) for group in expected]
+
+
+def test_a_listing_longer_than_a_batch_keeps_every_batch_own_dictionaries():
+    """Files past one batch of rows, each with a folder and a message of its own: every batch numbers its
+    own values, and taking rows across batches gives each its own values back."""
+    count = 2 * BATCH_ROWS + 5
+    sources = [
+        SourceFile(
+            f"f{number}/p.md",
+            f"s3://bucket/f{number}/p.md",
+            0,
+            f"f{number}/p.md",
+            number,
+            None,
+            problem=FileProblem("read", "OSError", f"failed {number}", False),
+        )
+        for number in range(count)
+    ]
+    listing = InputListing.of(reversed(sources))
+    assert listing.files.num_rows == count and listing.files.column("doc_id_folder").num_chunks == 3
+    assert len(listing.groups()) == count
+    assert list(listing.groups()) == sorted(((source.doc_id, [source]) for source in sources), key=lambda pair: pair[0])
+    groups = listing.groups()
+    largest = [doc_id for doc_id, _ in groups.pairs(groups.largest_first_order()[:3])]
+    assert largest == [f"f{number}/p.md" for number in (count - 1, count - 2, count - 3)]
