@@ -309,6 +309,9 @@ def _transforms(
             config.output.storage_options,
             tuple(config.secrets()),
         )
+        # The sink needs the plan's shards and carried documents, not its read list: the pipeline's graph
+        # keeps its transforms while it runs, and the list's rows are in the staged file now.
+        plan = plan.read_list_staged()
     return (
         ReadMarkdown(
             config,
