@@ -17,6 +17,10 @@ Then, ``--runs`` rounds (medians reported; the order of the two full runs altern
   exactly the in-process run's rows and part files (byte for byte);
 * ``rerun``: ``chunkline run`` again on the default run's output, unchanged, then with 1% of the pages
   edited (restored afterwards).
+* ``driver``: only what ``chunkline run``'s driver does before the pipeline starts, in a fresh process with
+  the command's imports and process tuning: list the pages, plan a full run, choose the workers and stage
+  the listing; its peak (``VmHWM``), its steps' CPU seconds and the staged listing's SHA-256, which a
+  change to how the driver holds its listing must leave as it was.
 
 For each: wall seconds, documents per second, CPU seconds (user + system of the run's process and of every
 worker it waited for; of the cluster's processes for Dask), CPU milliseconds per document, minor page
@@ -28,7 +32,7 @@ with worker processes, chunking and merge share the pipeline's time) and the doc
 Usage::
 
     python benchmarks/bench_scale.py CORPUS [--pages 20000] [--fanout 32] [--min-bytes 1000]
-        [--max-bytes 4000] [--runs 3] [--only loop,in-process,default,rerun] [--runner default|dask]
+        [--max-bytes 4000] [--runs 3] [--only loop,in-process,default,rerun,driver] [--runner default|dask]
         [--work DIR] [--json FILE]
 """
 
@@ -51,7 +55,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
-KINDS = ("loop", "in-process", "default", "rerun")
+KINDS = ("loop", "in-process", "default", "rerun", "driver")
 
 # --------------------------------------------------------------------------------------------------
 # The corpus
@@ -236,6 +240,39 @@ sys.stderr.flush()
 os._exit(status)  # as the chunkline program exits: without the interpreter's teardown
 """
 
+_DRIVER_SNIPPET = """
+import hashlib, json, sys, time
+import chunkline.pipelines.cli  # the command's imports
+from chunkline.dataset.listing import write_listing
+from chunkline.dataset.parallelism import choose_workers
+from chunkline.dataset.rebuild import list_inputs, plan_rebuild
+from chunkline.dataset.settings import RunConfig
+from chunkline.pipelines.process_tuning import RUN_PROCESS_TUNING, map_large_allocations
+map_large_allocations()
+corpus, output = sys.argv[1], sys.argv[2]
+config = RunConfig.from_dict({"input": {"paths": [corpus]}, "output": {"url": output}})
+started = time.process_time()
+with RUN_PROCESS_TUNING.listing():
+    listing = list_inputs(config)
+listed = time.process_time()
+plan = plan_rebuild(config, None, None, listing)
+del listing
+choose_workers(config.run.workers, plan.to_chunk, output_url=output, max_file_bytes=config.input.max_file_bytes)
+planned = time.process_time()
+url = write_listing(output + "/staging", plan.to_chunk)
+plan = plan.read_list_staged()
+staged = time.process_time()
+with open("/proc/self/status") as handle:
+    peak = [line.split()[1] for line in handle if line.startswith("VmHWM")][0]
+digest = hashlib.sha256()
+with open(url, "rb") as handle:
+    for block in iter(lambda: handle.read(1 << 20), b""):
+        digest.update(block)
+stages = f"listing {listed - started:.2f}, planning {planned - listed:.2f}, staging {staged - planned:.2f}"
+print(f"chunkline: stage seconds: {stages}", file=sys.stderr)
+print(json.dumps({"driver_hwm_kb": int(peak), "listing_sha256": digest.hexdigest()}))
+"""
+
 _LOOP_SNIPPET = """
 import json, sys, time
 from pathlib import Path
@@ -349,6 +386,7 @@ def measure(command: list[str], reads_file: Path | None = None, cpu_of: list | N
         "workers_mb": worker_peak / 1024,
         "stages": stage_seconds(log),
         "documents_read": None if reads_file is None else reads_file.stat().st_size if reads_file.exists() else 0,
+        **({"listing_sha256": report["listing_sha256"]} if "listing_sha256" in report else {}),
     }
 
 
@@ -434,6 +472,10 @@ def one_round(
     if "loop" in only:
         report = measure([sys.executable, "-c", _LOOP_SNIPPET, str(corpus)])
         figures["loop"] = report
+    if "driver" in only:  # the driver's steps before the pipeline: list, plan, stage the listing
+        staged = work / f"driver-{round_number}"
+        figures["driver"] = measure([sys.executable, "-c", _DRIVER_SNIPPET, str(corpus), str(staged)])
+        shutil.rmtree(staged, ignore_errors=True)
     outputs = {"in-process": work / f"in-process-{round_number}", "default": work / f"default-{round_number}"}
     full_runs = [name for name in ("in-process", "default") if name in only or (name == "default" and "rerun" in only)]
     if round_number % 2:
@@ -474,7 +516,9 @@ def one_round(
 def summarize(rounds: list[dict[str, dict]], pages: int) -> dict[str, dict]:
     summary: dict[str, dict] = {}
     names = [
-        name for name in ("loop", "in-process", "default", "rerun unchanged", "rerun 1% changed") if name in rounds[0]
+        name
+        for name in ("loop", "driver", "in-process", "default", "rerun unchanged", "rerun 1% changed")
+        if name in rounds[0]
     ]
     for name in names:
         measured = [figures[name] for figures in rounds]
@@ -499,6 +543,8 @@ def summarize(rounds: list[dict[str, dict]], pages: int) -> dict[str, dict]:
                 {"seconds": round(run["seconds"], 2), "cpu_seconds": round(run["cpu_seconds"], 2)} for run in measured
             ],
         }
+        if "listing_sha256" in measured[0]:  # the staged listing, which the code must not change
+            summary[name]["listing_sha256"] = sorted({run["listing_sha256"] for run in measured})
         if "same_rows_as_in_process" in measured[0]:
             summary[name]["same_rows_as_in_process"] = all(run["same_rows_as_in_process"] for run in measured)
     if "in-process" in summary and "default" in summary:
@@ -525,7 +571,11 @@ def print_summary(summary: dict[str, dict], pages: int, runs: int) -> None:
             f"{figures['driver_peak_mb']:>10.0f}{figures['workers_peak_mb']:>10.0f}"
             f"{read if read is not None else '':>8}  {stages}"
         )
-        extras = {key: figures[key] for key in ("speedup_vs_in_process", "same_rows_as_in_process") if key in figures}
+        extras = {
+            key: figures[key]
+            for key in ("speedup_vs_in_process", "same_rows_as_in_process", "listing_sha256")
+            if key in figures
+        }
         if extras:
             print(f"{'':<18}{extras}")
 
