@@ -23,6 +23,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -118,17 +119,11 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _MICROSECOND = timedelta(microseconds=1)
 
 
-def _text_array(values: Sequence[str | None]) -> pa.Array:
-    """``values`` (any Python text, lone surrogates included) as a binary array of their UTF-8 bytes
-    (``surrogatepass``), None: null."""
-    if values.count(None) == len(values):  # a column no file has a value in (no problem, no ETag): nothing to encode
-        return pa.nulls(len(values), pa.binary())
-    return _bytes_array([None if value is None else value.encode("utf-8", "surrogatepass") for value in values])
-
-
 def _bytes_array(values: Sequence[bytes | None]) -> pa.Array:
     """``values`` as a binary array, None: null."""
     nulls = values.count(None)
+    if nulls and nulls == len(values):
+        return pa.nulls(nulls, pa.binary())
     encoded = [b"" if value is None else value for value in values] if nulls else values
     offsets = np.zeros(len(values) + 1, dtype=np.int64)
     np.cumsum(np.fromiter(map(len, encoded), dtype=np.int64, count=len(values)), out=offsets[1:])
@@ -148,44 +143,49 @@ def _dictionary_array(values: Sequence[bytes | None]) -> pa.Array:
     """``values`` (at most :data:`BATCH_ROWS`) as a dictionary of their distinct values and a 16-bit index
     per value, None: null."""
     count = len(values)
-    codes: dict[bytes, int] = {}
-    indices = np.fromiter(
-        (-1 if value is None else codes.setdefault(value, len(codes)) for value in values), np.int16, count=count
-    )
-    validity = None
-    null_count = 0
-    mask = indices >= 0
-    if not mask.all():
-        null_count = count - int(mask.sum())
-        validity = pa.py_buffer(np.packbits(mask, bitorder="little"))
-        indices[~mask] = 0
-    index_array = pa.Array.from_buffers(pa.int16(), count, [validity, pa.py_buffer(indices)], null_count=null_count)
-    return pa.DictionaryArray.from_arrays(index_array, _bytes_array(list(codes)))
+    if values.count(None) == count:  # a column no file has a value in: no index to work out
+        indices = pa.Array.from_buffers(
+            pa.int16(),
+            count,
+            [pa.py_buffer(np.zeros((count + 7) // 8, np.uint8)), pa.py_buffer(np.zeros(count, np.int16))],
+            null_count=count,
+        )
+        return pa.DictionaryArray.from_arrays(indices, _bytes_array([]))
+    encoded = pc.dictionary_encode(_bytes_array(values))
+    return pa.DictionaryArray.from_arrays(encoded.indices.cast(pa.int16()), encoded.dictionary)
 
 
 def _split(values: Sequence[bytes | None]) -> tuple[list[bytes | None], list[bytes | None]]:
     """Each of ``values`` cut after its last ``/`` (bytes: a ``/`` is never part of another character's
     UTF-8): (folders, names), None for None."""
-    folders: list[bytes | None] = []
-    names: list[bytes | None] = []
-    for value in values:
-        if value is None:
-            folders.append(None)
-            names.append(None)
-        else:
-            cut = value.rfind(b"/") + 1
-            folders.append(value[:cut])
-            names.append(value[cut:])
-    return folders, names
+    if None in values:
+        cuts = [None if value is None else value.rfind(b"/") + 1 for value in values]
+        return (
+            [None if cut is None else value[:cut] for value, cut in zip(values, cuts)],
+            [None if cut is None else value[cut:] for value, cut in zip(values, cuts)],
+        )
+    cuts = [value.rfind(b"/") + 1 for value in values]
+    return [value[:cut] for value, cut in zip(values, cuts)], [value[cut:] for value, cut in zip(values, cuts)]
 
 
 def _held_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
     """One batch of :data:`LISTED_FILES_SCHEMA` rows (at most :data:`BATCH_ROWS`) as
     :data:`HELD_FILES_SCHEMA` rows."""
-    columns: dict[str, pa.Array] = {}
+    return _held_of(
+        {
+            name: batch.column(name).to_pylist() if name in TEXT_COLUMNS else batch.column(name)
+            for name in LISTED_FILES_SCHEMA.names
+        }
+    )
+
+
+def _held_of(columns: dict[str, Any]) -> pa.RecordBatch:
+    """A batch of :data:`HELD_FILES_SCHEMA` rows (at most :data:`BATCH_ROWS`) from the columns of
+    :data:`LISTED_FILES_SCHEMA`: the text ones as lists of their bytes, the others as arrays."""
+    held: dict[str, pa.Array] = {}
     doc_names: list[bytes | None] = []
     for name in SPLIT_COLUMNS:
-        folders, names = _split(batch.column(name).to_pylist())
+        folders, names = _split(columns[name])
         if name == "doc_id":
             doc_names = names
         else:  # the name, when it is the doc_id's, is not held twice
@@ -193,17 +193,17 @@ def _held_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
                 None if folder is not None and tail == doc_name else tail
                 for folder, tail, doc_name in zip(folders, names, doc_names)
             ]
-        columns[f"{name}_folder"] = _dictionary_array(folders)
-        columns[f"{name}_name"] = _bytes_array(names)
+        held[f"{name}_folder"] = _dictionary_array(folders)
+        held[f"{name}_name"] = _bytes_array(names)
     for field in HELD_FILES_SCHEMA:
-        if field.name in columns:
+        if field.name in held:
             continue
-        column = batch.column(field.name)
+        column = columns[field.name]
         if pa.types.is_dictionary(field.type):
-            columns[field.name] = _dictionary_array(column.to_pylist())
+            held[field.name] = _dictionary_array(column)
         else:
-            columns[field.name] = column.cast(field.type)
-    return pa.record_batch([columns[name] for name in HELD_FILES_SCHEMA.names], schema=HELD_FILES_SCHEMA)
+            held[field.name] = column.cast(field.type)
+    return pa.record_batch([held[name] for name in HELD_FILES_SCHEMA.names], schema=HELD_FILES_SCHEMA)
 
 
 def held_rows(rows: pa.Table | pa.RecordBatch) -> pa.Table:
@@ -285,30 +285,43 @@ def _decoded(values: list[bytes | None]) -> list[str | None]:
 
 def listed_files_batch(sources: Sequence[SourceFile]) -> pa.RecordBatch:
     """``sources`` as rows of :data:`LISTED_FILES_SCHEMA` (their bytes, if any, are left out)."""
-    problems = [source.problem for source in sources]
+    columns = _source_columns(sources)
     return pa.record_batch(
-        [
-            _text_array([source.doc_id for source in sources]),
-            _text_array([source.source_uri for source in sources]),
-            int64_array([source.input_index for source in sources]),
-            _text_array([source.path for source in sources]),
-            int64_array([source.size_bytes for source in sources]),
-            int64_array(
-                [
-                    None if source.modified_time is None else (source.modified_time - _EPOCH) // _MICROSECOND
-                    for source in sources
-                ]
-            ),
-            _text_array([None if problem is None else problem.stage for problem in problems]),
-            _text_array([None if problem is None else problem.error_type for problem in problems]),
-            _text_array([None if problem is None else problem.message for problem in problems]),
-            bool_array([None if problem is None else problem.skipped for problem in problems]),
-            int64_array([source.mtime_ns for source in sources]),
-            _text_array([source.etag for source in sources]),
-            _text_array([source.version for source in sources]),
-        ],
+        [_bytes_array(columns[name]) if name in TEXT_COLUMNS else columns[name] for name in LISTED_FILES_SCHEMA.names],
         schema=LISTED_FILES_SCHEMA,
     )
+
+
+def _source_columns(sources: Sequence[SourceFile]) -> dict[str, Any]:
+    """The columns of :data:`LISTED_FILES_SCHEMA` of ``sources``: the text ones as lists of their UTF-8 bytes
+    (``surrogatepass``; None: null), the others as arrays."""
+    problems = [source.problem for source in sources]
+    return {
+        "doc_id": _encoded([source.doc_id for source in sources]),
+        "source_uri": _encoded([source.source_uri for source in sources]),
+        "input_index": int64_array([source.input_index for source in sources]),
+        "path": _encoded([source.path for source in sources]),
+        "size_bytes": int64_array([source.size_bytes for source in sources]),
+        "modified_time": int64_array(
+            [
+                None if source.modified_time is None else (source.modified_time - _EPOCH) // _MICROSECOND
+                for source in sources
+            ]
+        ),
+        "problem_stage": _encoded([None if problem is None else problem.stage for problem in problems]),
+        "problem_error_type": _encoded([None if problem is None else problem.error_type for problem in problems]),
+        "problem_message": _encoded([None if problem is None else problem.message for problem in problems]),
+        "problem_skipped": bool_array([None if problem is None else problem.skipped for problem in problems]),
+        "mtime_ns": int64_array([source.mtime_ns for source in sources]),
+        "etag": _encoded([source.etag for source in sources]),
+        "version": _encoded([source.version for source in sources]),
+    }
+
+
+def _encoded(values: list[str | None]) -> list[bytes | None]:
+    if values.count(None) == len(values):
+        return values
+    return [None if value is None else value.encode("utf-8", "surrogatepass") for value in values]
 
 
 def listed_files_table(sources: Iterable[SourceFile]) -> pa.Table:
@@ -319,7 +332,7 @@ def listed_files_table(sources: Iterable[SourceFile]) -> pa.Table:
     while batch := list(itertools.islice(iterator, BATCH_ROWS)):
         # Copied into Arrow's memory pool: the rows outlive the batch's Python values, and kept apart
         # from them, the heap those used is free again for the next batch's.
-        batches.append(pa.concat_batches([_held_batch(listed_files_batch(batch))]))
+        batches.append(pa.concat_batches([_held_of(_source_columns(batch))]))
     return pa.Table.from_batches(batches, schema=HELD_FILES_SCHEMA)
 
 
