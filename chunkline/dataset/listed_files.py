@@ -2,11 +2,18 @@
 :class:`~chunkline.dataset.inputs.SourceFile`.
 
 A corpus of a million small pages lists a million files. As Python objects (a ``SourceFile`` with its
-strings, a datetime and a list around it) each costs the driver close to a kilobyte; as Arrow rows, about
-two hundred bytes, and the plan's and the staged listing's work on them is done by Arrow's kernels. Files
+strings, a datetime and a list around it) each costs the driver close to a kilobyte; as Arrow rows, under
+a hundred bytes, and the plan's and the staged listing's work on them is done by Arrow's kernels. Files
 come in from the inputs' listing a batch at a time (:func:`listed_files_table`), so the Python objects of
 one batch are all there ever are at once; a ``SourceFile`` is made again from its row only where one is
 needed (a file hashed by the plan, a document read in this process, a line of the staged listing).
+
+The rows are held as :data:`HELD_FILES_SCHEMA`: the files of one folder share the start of their doc_id,
+URL and path, so each of those is held as its folder (a dictionary entry per folder and batch) and its
+name (held once when the three names are the same), and the columns nearly every file leaves empty cost
+a bit and an index a row. :func:`take_rows` and :func:`plain_rows` give rows back as
+:data:`LISTED_FILES_SCHEMA`, the full values, a batch at a time; only the doc_id order is found with the
+doc_ids whole, for as long as that takes.
 
 :class:`ListedDocuments` groups such rows into ``(doc_id, files)`` pairs, the shape the pipeline reads:
 it answers ``len``, iterates its pairs lazily, a batch of rows at a time, and gives the doc_ids and first
