@@ -3,6 +3,8 @@ every listed field, and the graph stays the same size however many documents the
 
 from __future__ import annotations
 
+import gc
+import weakref
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -76,6 +78,22 @@ def _graph_bytes(tmp_path: Path, documents: int) -> int:
     pipeline = beam.Pipeline(options=PipelineOptions([]))
     build_pipeline(pipeline, config, f"run-{documents}", plan)
     return len(pipeline.to_runner_api().SerializeToString())
+
+
+def test_a_built_pipeline_holds_none_of_the_listed_rows(tmp_path):
+    """Once staged, the listing's rows are the driver's to let go: no transform of the pipeline keeps them
+    (the sink keeps the plan's shards, not its read list), however long the pipeline runs."""
+    corpus = write_files(tmp_path / "corpus", {f"part-{number}/page.md": b"# Page\n\nText.\n" for number in range(5)})
+    config = load_run_config(None, [], environ={}, inputs=[str(corpus)], output=str(tmp_path / "out"))
+    plan = RebuildPlan("full", "no published snapshot", to_chunk=list_inputs(config).groups(), listed=True)
+    rows = weakref.ref(plan.to_chunk)
+    pipeline = beam.Pipeline(options=PipelineOptions([]))
+    build_pipeline(pipeline, config, "run-1", plan)
+    write = pipeline.transforms_stack[0].parts[-1].transform
+    assert len(write.plan.to_chunk) == 5
+    del plan
+    gc.collect()
+    assert rows() is None
 
 
 @pytest.mark.slow
