@@ -29,7 +29,8 @@ it forks or has Beam start for it, so it turns on here what pays there:
   object or two per file and no cycle among them, while the collections that so many new objects set off
   walked the files listed so far again and again (0.12 s of the 0.58 s CPU an unchanged rerun of 100,000
   pages spent listing). What the listing freed is given back when it ends (:func:`release_freed_memory`:
-  the driver listing and staging 1,000,000 pages peaked 26 MB lower).
+  the driver listing and staging 1,000,000 pages peaked 26 MB lower), and the listing's rows once they are
+  staged and let go, before the pipeline runs (resident 115 MB instead of 230 MB for 1,000,000 pages).
 - **What was imported before the run is frozen out of the collector's view** (:func:`collector_frozen`),
   and thawed after it, so that its collections walk only what the run makes.
 
@@ -195,6 +196,11 @@ class RunProcessTuning(ProcessHooks):
 
     def listing(self) -> AbstractContextManager[None]:
         return _listing()
+
+    def listing_released(self) -> None:
+        # The rows' memory stays in pyarrow's pool once freed (115 MB of 1,000,000 listed files), beside
+        # everything the pipeline then allocates from other heaps.
+        release_freed_memory()
 
     def parsing(self, chars: int) -> AbstractContextManager[None]:
         return collector_paused() if chars >= COLLECTOR_PAUSE_MIN_CHARS else nullcontext()

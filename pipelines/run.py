@@ -634,6 +634,7 @@ def run_pipeline(
             build_pipeline(pipeline, config, run_id, plan, process_hooks)
             if plan.listed:  # the read list is staged: the driver lets its rows go while the pipeline runs
                 plan = plan.read_list_staged()
+                process_hooks.listing_released()
         logger.info("chunkline: run %s reading %s", run_id, ", ".join(config.input.paths))
         try:
             if in_process:

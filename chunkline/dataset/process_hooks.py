@@ -26,6 +26,9 @@ class ProcessHooks:
         pages), none of them in a reference cycle."""
         return contextlib.nullcontext()
 
+    def listing_released(self) -> None:
+        """Called once the driver has staged its listing and let its rows go, before the pipeline runs."""
+
     def parsing(self, chars: int) -> AbstractContextManager[None]:
         """Wraps the markdown parse of a document of ``chars`` characters."""
         return contextlib.nullcontext()

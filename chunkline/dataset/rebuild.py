@@ -141,7 +141,9 @@ class InputListing:
 
     @property
     def files(self) -> pa.Table:
-        """Every listed file, one row each, in the order listed."""
+        """Every listed file, one row each, in the order listed, as the driver holds them
+        (:data:`~chunkline.dataset.listed_files.HELD_FILES_SCHEMA`; see
+        :func:`~chunkline.dataset.listed_files.plain_rows`)."""
         return self.documents.files
 
     def doc_ids(self) -> pa.Array:

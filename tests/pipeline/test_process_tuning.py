@@ -12,11 +12,13 @@ import threading
 
 import pytest
 
-from chunkline.dataset.process_hooks import NO_PROCESS_HOOKS
+from chunkline.dataset.listed_files import ListedDocuments
+from chunkline.dataset.process_hooks import NO_PROCESS_HOOKS, ProcessHooks
 from chunkline.dataset.settings import load_run_config
 from chunkline.pipelines import cli
 from chunkline.pipelines import process_tuning as tuning
 from chunkline.pipelines.process_tuning import RUN_PROCESS_TUNING, collector_paused
+from chunkline.pipelines.run import run_pipeline
 
 from .conftest import write_corpus
 
@@ -123,3 +125,23 @@ def test_the_chunkline_programs_run_lists_its_inputs_with_the_collector_paused_a
         summary = run_module.run_pipeline(config, process_hooks=hooks)
         assert summary.documents_ok and gc.isenabled()
     assert seen == [True, False]
+
+
+class ListingReleasedHooks(ProcessHooks):
+    """Hooks that record, when the driver says its listing is released, how many listings are still alive."""
+
+    def __init__(self):
+        self.alive_at_release: list[int] = []
+
+    def listing_released(self) -> None:
+        gc.collect()
+        self.alive_at_release.append(sum(isinstance(held, ListedDocuments) for held in gc.get_objects()))
+
+
+def test_a_run_on_beam_tells_its_hooks_when_the_listing_is_released_and_none_of_its_rows_is_left(tmp_path):
+    corpus = write_corpus(tmp_path / "corpus")
+    config = load_run_config(None, [], environ={}, inputs=[str(corpus)], output=str(tmp_path / "out"))
+    hooks = ListingReleasedHooks()
+    summary = run_pipeline(config, ["--direct_num_workers=1"], process_hooks=hooks)  # Beam, in this process
+    assert summary.documents_ok
+    assert hooks.alive_at_release == [0]
