@@ -340,6 +340,32 @@ class TokenOffsets:
                 counts.append(self.count(cuts[number], cuts[number + 1]))
         return counts
 
+    def clean_cuts_and_counts(self, cuts: list[int]) -> tuple[list[bool], list[int]]:
+        """:meth:`clean_cuts` of ``cuts`` (ascending, inside the range, at least two) and the
+        :meth:`counts_between` them, from one search of the token ends for each side (a cut is a token end
+        when some token ends there: more ends at or before it than before it)."""
+        ends = self._end_chars
+        if not self.exact_estimates or len(ends) == 0:
+            clean = self.clean_cuts(cuts)
+            return clean, self.counts_between(cuts, clean)
+        array = np.asarray(cuts, dtype=np.int64)
+        before_list = ends.searchsorted(array, side="right").tolist()
+        not_after_list = ends.searchsorted(array).tolist()
+        start, end = self.start, self.end
+        clean = [
+            position == start or position == end or (at_or_before > before and self._clean_around(position))
+            for position, at_or_before, before in zip(cuts, before_list, not_after_list)
+        ]
+        if cuts[0] == start:
+            before_list[0] = 0
+        counts = [
+            before_list[number + 1] - before_list[number]
+            if clean[number] and clean[number + 1]
+            else self.count(cuts[number], cuts[number + 1])
+            for number in range(len(cuts) - 1)
+        ]
+        return clean, counts
+
     def count(self, start: int, end: int) -> int:
         """Exact token count of ``text[start:end]``.
 
