@@ -349,17 +349,17 @@ class TokenOffsets:
             clean = self.clean_cuts(cuts)
             return clean, self.counts_between(cuts, clean)
         array = np.asarray(cuts, dtype=np.int64)
-        before_list = ends.searchsorted(array, side="right").tolist()
-        not_after_list = ends.searchsorted(array).tolist()
+        ends_up_to = ends.searchsorted(array, side="right").tolist()  # token ends at or before each cut
+        ends_before = ends.searchsorted(array).tolist()  # token ends strictly before each cut
         start, end = self.start, self.end
         clean = [
-            position == start or position == end or (at_or_before > before and self._clean_around(position))
-            for position, at_or_before, before in zip(cuts, before_list, not_after_list)
+            position == start or position == end or (up_to > before and self._clean_around(position))
+            for position, up_to, before in zip(cuts, ends_up_to, ends_before)
         ]
         if cuts[0] == start:
-            before_list[0] = 0
+            ends_up_to[0] = 0
         counts = [
-            before_list[number + 1] - before_list[number]
+            ends_up_to[number + 1] - ends_up_to[number]
             if clean[number] and clean[number + 1]
             else self.count(cuts[number], cuts[number + 1])
             for number in range(len(cuts) - 1)
