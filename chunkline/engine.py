@@ -7,6 +7,7 @@ import functools
 import hashlib
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
+from itertools import accumulate
 
 from chunkline.config import ChunkConfig, ConfigError
 from chunkline.context import ChunkContext
@@ -403,13 +404,9 @@ def _section_token_counts(
         cuts.insert(0, 0)
     cuts.append(length)
     # Adjacent equal cuts (empty sections) count 0 and are clean.
-    clean = offsets.clean_cuts(cuts)
-    flat_counts = offsets.counts_between(cuts, clean)
-    total_before = [0]
-    unclean_before = [0]
-    for count, is_clean in zip(flat_counts, clean):
-        total_before.append(total_before[-1] + count)
-        unclean_before.append(unclean_before[-1] + (not is_clean))
+    clean, flat_counts = offsets.clean_cuts_and_counts(cuts)
+    total_before = [0, *accumulate(flat_counts)]
+    unclean_before = [0, *accumulate(not is_clean for is_clean in clean[:-1])]
     cut_slot = {cut: slot for slot, cut in reversed(list(enumerate(cuts)))}  # the first slot of each cut
 
     def count(start: int, end: int) -> int:

@@ -340,6 +340,32 @@ class TokenOffsets:
                 counts.append(self.count(cuts[number], cuts[number + 1]))
         return counts
 
+    def clean_cuts_and_counts(self, cuts: list[int]) -> tuple[list[bool], list[int]]:
+        """:meth:`clean_cuts` of ``cuts`` (ascending, inside the range, at least two) and the
+        :meth:`counts_between` them, from one search of the token ends for each side (a cut is a token end
+        when some token ends there: more ends at or before it than before it)."""
+        ends = self._end_chars
+        if not self.exact_estimates or len(ends) == 0:
+            clean = self.clean_cuts(cuts)
+            return clean, self.counts_between(cuts, clean)
+        array = np.asarray(cuts, dtype=np.int64)
+        ends_up_to = ends.searchsorted(array, side="right").tolist()  # token ends at or before each cut
+        ends_before = ends.searchsorted(array).tolist()  # token ends strictly before each cut
+        start, end = self.start, self.end
+        clean = [
+            position == start or position == end or (up_to > before and self._clean_around(position))
+            for position, up_to, before in zip(cuts, ends_up_to, ends_before)
+        ]
+        if cuts[0] == start:
+            ends_up_to[0] = 0
+        counts = [
+            ends_up_to[number + 1] - ends_up_to[number]
+            if clean[number] and clean[number + 1]
+            else self.count(cuts[number], cuts[number + 1])
+            for number in range(len(cuts) - 1)
+        ]
+        return clean, counts
+
     def count(self, start: int, end: int) -> int:
         """Exact token count of ``text[start:end]``.
 

@@ -178,3 +178,25 @@ def test_a_spill_of_converted_and_plain_rows_holds_each_row_once(tmp_path):
         columns = table.column_names
         assert sorted(spilled_mixed[key].to_pylist(), key=repr) == sorted(table.to_pylist(), key=repr)
         assert spilled_mixed[key].column_names == columns
+
+
+FRONT_MATTERS = [
+    "title: Install\n",
+    "title: Café – 日本語 ✓\ntags: [b, a, ü]\nweight: 3\n",
+    "zeta: 1\nalpha:\n  nested: {y: 2, x: [1.5, null, true]}\nquote: 'say \"hi\"\\n'\n",
+    "ratio: .nan\nlimit: .inf\nwhen: 2026-01-02\n",
+]
+
+
+@pytest.mark.parametrize("front_matter", FRONT_MATTERS)
+def test_the_documents_row_holds_the_front_matter_as_json_dumps_writes_it(front_matter):
+    import json
+
+    from chunkline.structure import parse_markdown
+
+    text = f"---\n{front_matter}---\n\n# Page\n\nBody text.\n"
+    data = parse_markdown(text).front_matter.data
+    (rows,) = one_at_a_time(ChunkConfig(), [source("page.md", text)])
+    (document,) = [row for table, row in rows if table == DOCUMENTS]
+    assert document["status"] == "ok"
+    assert document["front_matter"] == json.dumps(data, sort_keys=True, ensure_ascii=False, allow_nan=False)

@@ -180,3 +180,20 @@ def test_slice_counts_of_text_with_surrogates_match_encoding_the_slice(counter, 
     assert offsets.count(start, end) == counter.count(text[start:end])
     cuts = sorted(set(data.draw(st.lists(st.integers(0, len(text)), max_size=8))))
     assert offsets.counts_between(cuts) == [counter.count(text[a:b]) for a, b in zip(cuts, cuts[1:])]
+
+
+@pytest.mark.parametrize("name", ["cl100k_base", *sorted(PATTERN_COUNTERS)])
+@settings(max_examples=200)
+@given(text=texts_with_surrogates, data=st.data())
+def test_clean_cuts_and_counts_are_the_clean_cuts_and_the_counts_between_them(counter, name, text, data):
+    # A range inside the text, cuts that repeat (empty sections) and characters whose bytes end tokens
+    # inside them (several tokens then end at one character offset).
+    counter = counter if name == "cl100k_base" else PATTERN_COUNTERS[name]
+    start = data.draw(st.integers(0, len(text)))
+    end = data.draw(st.integers(start, len(text)))
+    offsets = TokenOffsets(text, start, end, counter)
+    cuts = sorted([start, end, *data.draw(st.lists(st.integers(start, end), max_size=8))])
+    clean = offsets.clean_cuts(cuts)
+    counts = offsets.counts_between(cuts, clean)
+    assert offsets.clean_cuts_and_counts(cuts) == (clean, counts)
+    assert counts == [counter.count(text[a:b]) for a, b in zip(cuts, cuts[1:])]

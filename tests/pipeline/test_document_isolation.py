@@ -185,13 +185,13 @@ def test_a_failure_after_chunking_leaves_no_chunk_rows_and_a_clean_error_documen
     the chunk count, title or front matter of the half-made ok row."""
 
     class FrontMatterFails:
-        """``json`` as the chunker uses it, failing to write the front matter of the documents row."""
+        """The chunker's JSON encoder, failing to write the front matter of the documents row."""
 
         @staticmethod
-        def dumps(*args, **kwargs):
+        def encode(*args, **kwargs):
             raise KeyError("front_matter")
 
-    monkeypatch.setattr(document_rows_module, "json", FrontMatterFails)
+    monkeypatch.setattr(document_rows_module, "_FRONT_MATTER_JSON", FrontMatterFails)
     source = SourceFile(
         "notes.md", "file:///corpus/notes.md", 0, "/corpus/notes.md", 24, None, b"---\nk: v\n---\n# Notes\n\nText.\n"
     )
