@@ -707,19 +707,21 @@ def free_cores() -> int:
     return max(1, round(cores - others))
 
 
-MERGE_SIDE_BY_SIDE_BYTES = 4_000_000
-"""The most rows (approximate bytes, see :func:`row_size`) a shard may have for its merge to run beside
-another's. Each merge holds its own shard's rows: over 4x the 10 MB benchmark corpus (7.3 MB of rows in its
-largest shard of 8), two at once peaked at 310 MB resident against 243 MB one at a time; over the corpus
-itself (2.1 MB), at 240-260 MB against 231 MB. Larger shards are merged one at a time, and the peak stays
-that of one merge."""
+MERGE_SIDE_BY_SIDE_BYTES = 32_000_000
+"""The largest previous ``chunks`` part (bytes of Parquet) a shard's merge may read for it to run beside
+another's. A merge reads its spilled rows one output row group at a time (see :class:`MergeShard`), so a
+second merge at once adds about its row groups to the peak whatever the shards' size (100,000 pages of 1-4
+KB in 8 shards: 361 MB resident against 305 MB one at a time, the merge stage 7.0 s against 12.5 s); but a
+merge that compares with or carries over the previous snapshot holds that snapshot's rows of its shard
+whole (the same pages with 1% edited, parts of 27 MB: 675 MB against 537 MB, 4.8 s against 8.4 s). Above
+this bound, shards are merged one at a time, and the peak stays that of one merge."""
 
 
-def merge_threads(shards: int, largest_shard_bytes: int = 0) -> int:
+def merge_threads(shards: int, largest_previous_bytes: int = 0) -> int:
     """How many shards a run in this process merges at once: one per free core (:func:`free_cores`), at
-    most :data:`MERGE_THREADS` and ``shards``, and one when the largest shard's rows
-    (``largest_shard_bytes``) are over :data:`MERGE_SIDE_BY_SIDE_BYTES`."""
-    if largest_shard_bytes > MERGE_SIDE_BY_SIDE_BYTES:
+    most :data:`MERGE_THREADS` and ``shards``, and one when the largest previous part a merge reads whole
+    (``largest_previous_bytes``) is over :data:`MERGE_SIDE_BY_SIDE_BYTES`."""
+    if largest_previous_bytes > MERGE_SIDE_BY_SIDE_BYTES:
         return 1
     return max(1, min(shards, free_cores(), MERGE_THREADS))
 
@@ -738,10 +740,9 @@ def write_tables_in_process(
     spills_done = list(run_bundle(spill, rows))
     spilled = time.perf_counter()
     if threads is None:
-        # A merge holds its shard's spilled rows, and the previous snapshot's rows of the shard it compares
-        # with or carries over (their part about as large as the rows' share of row_size).
-        shard_bytes = spill.shard_bytes + _previous_chunk_bytes(settings)
-        threads = merge_threads(settings.shards, max(shard_bytes.values(), default=0))
+        # A merge reads its spilled rows a row group at a time, but holds the previous snapshot's rows of the
+        # shard it compares with or carries over.
+        threads = merge_threads(settings.shards, max(_previous_chunk_bytes(settings).values(), default=0))
     parts = merge_shards(settings, spills_done, threads)
     logger.info("chunkline: stage seconds: chunking %.2f, merge %.2f", spilled - started, time.perf_counter() - spilled)
     return parts

@@ -243,32 +243,39 @@ def test_without_a_load_average_every_core_counts_as_free(monkeypatch):
 
 
 @pytest.mark.slow
-def test_shards_too_large_to_merge_side_by_side_are_merged_one_at_a_time(corpus, tmp_path, monkeypatch):
-    """Two merges at once hold two shards' rows: the run merges on one thread once its largest shard,
-    counting the spilled rows and the previous snapshot's part it reads, is over the bound."""
+def test_merges_holding_large_previous_parts_run_one_at_a_time(corpus, tmp_path, monkeypatch):
+    """A merge reads its spilled rows a row group at a time, so a full build merges side by side however
+    large its shards; an incremental merge holds the previous snapshot's rows of its shard, so two at once
+    are allowed only while the largest previous part it reads is within the bound."""
     monkeypatch.setattr(sink, "free_cores", lambda: 2)
+    monkeypatch.setattr(sink, "MERGE_SIDE_BY_SIDE_BYTES", 1)  # a bound every previous part is over
     chosen = []
     real_merge_threads = sink.merge_threads
 
-    def merge_threads(shards, largest_shard_bytes=0):
-        threads = real_merge_threads(shards, largest_shard_bytes)
-        chosen.append((largest_shard_bytes, threads))
+    def merge_threads(shards, largest_previous_bytes=0):
+        threads = real_merge_threads(shards, largest_previous_bytes)
+        chosen.append((largest_previous_bytes, threads))
         return threads
 
     monkeypatch.setattr(sink, "merge_threads", merge_threads)
     output = tmp_path / "dataset"
     _run(corpus, output, "run.workers=0")
-    (spill_choice, spill_threads), (full_bytes, full_threads) = chosen
-    assert (spill_choice, spill_threads) == (0, 2)  # before the spill: a core to spare
-    assert 20_000 < full_bytes < sink.MERGE_SIDE_BY_SIDE_BYTES and full_threads == 2
+    assert chosen == [(0, 2), (0, 2)]  # before the spill, then for the merge: nothing previous is held
 
-    # An incremental run spills a few documents' rows; its merges read the previous parts too.
+    # An incremental run's merges read the previous parts.
     _edit(corpus)
     chosen.clear()
-    monkeypatch.setattr(sink, "MERGE_SIDE_BY_SIDE_BYTES", full_bytes)
     summary = _run(corpus, output, "run.workers=0")
     assert summary.rebuild["mode"] == "incremental"
-    incremental_bytes, threads = chosen[-1]
+    previous_bytes, threads = chosen[-1]
     previous_part = max(path.stat().st_size for path in output.glob("snapshots/*/chunks/*.parquet"))
-    assert incremental_bytes >= previous_part > 0
-    assert incremental_bytes > full_bytes and threads == 1
+    assert previous_bytes >= previous_part > 0 and threads == 1
+
+    # Within the bound, the same incremental merges run two at once.
+    guide = corpus / "sample" / "guide" / "configuration.md"
+    guide.write_bytes(guide.read_bytes() + b"\nReloading drops no connection.\n")
+    chosen.clear()
+    monkeypatch.setattr(sink, "MERGE_SIDE_BY_SIDE_BYTES", 10 * previous_part)
+    assert _run(corpus, output, "run.workers=0").rebuild["mode"] == "incremental"
+    previous_bytes, threads = chosen[-1]
+    assert 0 < previous_bytes <= 10 * previous_part and threads == 2
