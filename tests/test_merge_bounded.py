@@ -565,7 +565,9 @@ def test_the_heap_keeps_what_a_batch_freed_for_the_next_batch():
     """A batch's buffers (here twelve of 256 KB, under the 4 MB mapping threshold, so from the heap) are
     kept at the top of the heap once freed, for the next batch to reuse, rather than given back and
     faulted in again; with the mapping threshold fixed alone glibc's trim threshold stays at 128 KB and
-    gives nearly all of them back (in a fresh process each)."""
+    gives nearly all of them back (in a fresh process each). Where the heap's top lies against the
+    blocks varies from process to process by a block or so, so most of the batch, ten of its twelve
+    blocks, must be kept: far from the under 1 MB kept without the tuning."""
     import subprocess
     import sys
 
@@ -577,7 +579,7 @@ def test_the_heap_keeps_what_a_batch_freed_for_the_next_batch():
         script = [sys.executable, "-c", _KEPT_AFTER_A_BATCH_IS_FREED, mode]
         return int(subprocess.run(script, check=True, capture_output=True, text=True).stdout)
 
-    assert kept("tuned") >= 12 * (256 << 10)
+    assert kept("tuned") >= 10 * (256 << 10)
     assert kept("mapping threshold alone") < 1 << 20
 
 
