@@ -1,11 +1,19 @@
-"""How many CPUs this process may use: what the engine and the dataset layer size their threads and
-workers by. No Beam here."""
+"""How many CPUs this process may use, and how many other work keeps busy: what the engine and the dataset
+layer size their threads and workers by. No Beam here."""
 
 from __future__ import annotations
 
 import os
 
-__all__ = ["available_cores"]
+__all__ = ["available_cores", "cores_busy_elsewhere"]
+
+#: Where Linux says how many threads are runnable at this instant (the fourth field: ``runnable/total``).
+PROC_LOADAVG = "/proc/loadavg"
+#: One folder per thread of this process, each with a ``stat`` file giving the thread's state.
+PROC_SELF_TASKS = "/proc/self/task"
+#: How many times the runnable count is read; their median is the answer, so that a thread of another
+#: process caught sleeping between two bursts (or one caught waking) does not decide alone.
+RUNNABLE_READS = 5
 
 
 def available_cores() -> int:
@@ -14,3 +22,42 @@ def available_cores() -> int:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         return os.cpu_count() or 1
+
+
+def cores_busy_elsewhere() -> float:
+    """How many cores other processes keep busy now: the threads the kernel counts runnable at this
+    instant, less this process's own (the median of :data:`RUNNABLE_READS` reads); where the platform
+    does not say (no ``/proc``), the 1-minute load average beyond this process's one; 0 where neither
+    can be had.
+
+    The instant count comes first: a 1-minute average still counts, for about a minute, the cores of work
+    that has just ended (a run started right after another would see them busy)."""
+    try:
+        runnable = [_runnable_threads() for _ in range(RUNNABLE_READS)]
+        own = _own_runnable_threads()
+    except (OSError, ValueError, IndexError):
+        try:
+            return max(0.0, os.getloadavg()[0] - 1.0)
+        except (AttributeError, OSError):
+            return 0.0
+    return float(max(0, sorted(runnable)[len(runnable) // 2] - own))
+
+
+def _runnable_threads() -> int:
+    """Threads runnable (running or waiting for a CPU) on the machine at this instant, this one included."""
+    with open(PROC_LOADAVG, encoding="ascii") as loadavg:
+        return int(loadavg.read().split()[3].split("/")[0])
+
+
+def _own_runnable_threads() -> int:
+    """This process's threads that are runnable at this instant (at least the one asking)."""
+    runnable = 0
+    for thread in os.listdir(PROC_SELF_TASKS):
+        try:
+            with open(f"{PROC_SELF_TASKS}/{thread}/stat", encoding="ascii", errors="replace") as stat:
+                # The state follows the command name, which is in parentheses and may hold spaces.
+                state = stat.read().rpartition(")")[2].split()[0]
+        except (FileNotFoundError, ProcessLookupError):  # the thread ended since the listing
+            continue
+        runnable += state == "R"
+    return max(1, runnable)

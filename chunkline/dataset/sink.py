@@ -30,7 +30,7 @@ import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 from fsspec.core import url_to_fs
 
-from chunkline.cores import available_cores
+from chunkline.cores import available_cores, cores_busy_elsewhere
 from chunkline.dataset.arrow_columns import empty_table
 from chunkline.dataset.bundle import BundleStep, run_bundle
 from chunkline.dataset.layout import SPILL_FOLDER, part_name, part_shard, snapshot_url, staging_url
@@ -696,15 +696,10 @@ release the GIL, so a second merge uses a second core; each merge holds its own 
 
 
 def free_cores() -> int:
-    """The cores this process may use that other processes leave free: those it may run on, less the
-    1-minute load average beyond this process's own one. On a machine that other work keeps busy, a
-    second thread only takes turns with the first (and costs the switching)."""
-    cores = available_cores()
-    try:
-        others = max(0.0, os.getloadavg()[0] - 1.0)
-    except (AttributeError, OSError):  # no load average on this platform
-        others = 0.0
-    return max(1, round(cores - others))
+    """The cores this process may use that other processes leave free now (see
+    :func:`~chunkline.cores.cores_busy_elsewhere`). On a machine that other work keeps busy, a second
+    thread only takes turns with the first (and costs the switching)."""
+    return max(1, round(available_cores() - cores_busy_elsewhere()))
 
 
 MERGE_SIDE_BY_SIDE_BYTES = 32_000_000

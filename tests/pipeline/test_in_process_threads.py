@@ -216,30 +216,21 @@ def test_a_spill_that_fails_in_the_background_fails_the_bundle(corpus, tmp_path,
 
 
 @pytest.mark.parametrize(
-    ("cores", "load", "shards", "threads"),
+    ("cores", "busy_elsewhere", "shards", "threads"),
     [
-        (2, 1.0, 8, 2),  # this run alone on two cores: a merge on each
-        (2, 1.3, 1, 1),  # one shard
-        (2, 3.0, 8, 1),  # two other processes keep both cores busy: the threads would only take turns
-        (2, 2.2, 8, 1),
-        (8, 0.5, 8, 2),  # more cores: still at most two merges, whose row groups are held at once
+        (2, 0.0, 8, 2),  # this run alone on two cores: a merge on each
+        (2, 0.0, 1, 1),  # one shard
+        (2, 2.0, 8, 1),  # two other processes keep both cores busy: the threads would only take turns
+        (2, 1.0, 8, 1),
+        (8, 0.0, 8, 2),  # more cores: still at most two merges, whose row groups are held at once
+        (8, 5.0, 8, 2),
         (1, 0.0, 8, 1),
     ],
 )
-def test_shards_are_merged_on_the_cores_other_work_leaves_free(monkeypatch, cores, load, shards, threads):
-    monkeypatch.setattr(sink.os, "sched_getaffinity", lambda pid: set(range(cores)), raising=False)
-    monkeypatch.setattr(sink.os, "getloadavg", lambda: (load, load, load))
+def test_shards_are_merged_on_the_cores_other_work_leaves_free(monkeypatch, cores, busy_elsewhere, shards, threads):
+    monkeypatch.setattr(sink, "available_cores", lambda: cores)
+    monkeypatch.setattr(sink, "cores_busy_elsewhere", lambda: busy_elsewhere)
     assert sink.merge_threads(shards) == threads
-
-
-def test_without_a_load_average_every_core_counts_as_free(monkeypatch):
-    def no_load_average():
-        raise OSError("load average unobtainable")
-
-    monkeypatch.setattr(sink.os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
-    monkeypatch.setattr(sink.os, "getloadavg", no_load_average)
-    assert sink.free_cores() == 3
-    assert sink.merge_threads(8) == 2
 
 
 @pytest.mark.slow
