@@ -59,7 +59,9 @@ from chunkline.dataset.layout import staging_url
 from chunkline.dataset.listing import write_listing
 from chunkline.dataset.process_hooks import NO_PROCESS_HOOKS, ProcessHooks
 from chunkline.dataset.publish import (
+    HashedAhead,
     OutputState,
+    PartsHashedAhead,
     acquire_output_lock,
     discard_run,
     publish_run,
@@ -431,13 +433,14 @@ class _PreviousState:
     """The documents table of the published snapshot, when it verifies (None otherwise)."""
 
 
-def _previous_state(config: RunConfig) -> _PreviousState:
+def _previous_state(config: RunConfig, hashed_ahead: HashedAhead | None = None) -> _PreviousState:
     """The output's published state, verified with the lock held (see :func:`verify_output`: a damaged
-    snapshot is never built on, and a stale ``_SUCCESS`` is put right), and the published snapshot's
-    documents table when that snapshot verifies."""
+    snapshot is never built on, and a stale ``_SUCCESS`` is put right; parts ``hashed_ahead`` that have not
+    changed since are not read again), and the published snapshot's documents table when that snapshot
+    verifies."""
     output_url = config.output.url or ""
     secret_values = tuple(config.secrets())
-    state = verify_output(output_url, config.output.storage_options, secret_values)
+    state = verify_output(output_url, config.output.storage_options, secret_values, hashed_ahead=hashed_ahead)
     for repaired in state.repaired:
         logger.info("chunkline: %s", scrub_secrets(repaired, secret_values))
     if not state.latest_trusted:
@@ -597,18 +600,25 @@ def run_pipeline(
     run_id = new_run_id()
     started = time.perf_counter()
     secret_values = tuple(config.secrets())
-    # Listed before the output is touched: an input that is missing or matches nothing publishes nothing.
-    with process_hooks.listing():
-        listing = list_inputs(config)
-    listed = time.perf_counter()
-    lock = acquire_output_lock(
-        output_url, run_id, storage_options, expiry_seconds=config.output.lock_expiry_seconds, secrets=secret_values
-    )
+    # The published parts are hashed while the inputs are listed (reading only): under the lock, the check
+    # of what the run builds on then reads only what changed since.
+    parts_hashed_ahead = PartsHashedAhead(output_url, storage_options)
+    try:
+        # Listed before the output is touched: an input that is missing or matches nothing publishes nothing.
+        with process_hooks.listing():
+            listing = list_inputs(config)
+        listed = time.perf_counter()
+        lock = acquire_output_lock(
+            output_url, run_id, storage_options, expiry_seconds=config.output.lock_expiry_seconds, secrets=secret_values
+        )
+    except BaseException:
+        parts_hashed_ahead.cancel()
+        raise
     metric_counts = None
     fork_server = None
     run_folder = None
     try:
-        previous = _previous_state(config)
+        previous = _previous_state(config, parts_hashed_ahead.hashed())
         plan = _plan(config, previous, listing)
         del listing  # the plan holds what is read: the listing's other rows need not outlive it
         logger.info("chunkline: run %s, %s rebuild: %s", run_id, plan.mode, plan.reason)

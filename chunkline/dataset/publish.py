@@ -34,6 +34,7 @@ import json
 import logging
 import os
 import posixpath
+import threading
 import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -89,8 +90,10 @@ __all__ = [
     "ConcurrentRunError",
     "DamagedDatasetError",
     "DatasetNotFoundError",
+    "HashedAhead",
     "OutputLock",
     "OutputState",
+    "PartsHashedAhead",
     "PublishedDataset",
     "acquire_output_lock",
     "dataset_files",
@@ -309,6 +312,12 @@ def local_file_identity(status: os.stat_result) -> LocalFileIdentity:
     return (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns)
 
 
+#: Local parts hashed before a run took its output's lock (see :class:`PartsHashedAhead`): the identity of
+#: the file while it was hashed -> (the part's file name, the file's change time in ns then). The change
+#: time is part of the match: a file written to and given back its modification time has another.
+HashedAhead = Mapping[LocalFileIdentity, tuple[str, int]]
+
+
 def verify_local_part(
     url: str,
     path: str,
@@ -438,13 +447,15 @@ def _parts_problem(
     *,
     read_tables: tuple[str, ...],
     verified: dict[LocalFileIdentity, str] | None = None,
+    hashed_ahead: HashedAhead | None = None,
 ) -> str | None:
     """What is wrong with a well-formed manifest's parts, or None if they verify.
 
     Each table folder must hold exactly the parts the manifest names (no part missing, none it does not
     name); the parts of ``read_tables`` are read whole, each checked against the hash in its name, and their
     footers' row counts against the manifest's. Each local part whose hash matched goes into ``verified``
-    (its identity while it was read -> its name), when one is given."""
+    (its identity while it was read -> its name), when one is given. A local part in ``hashed_ahead``
+    whose file has not changed since (see :class:`PartsHashedAhead`) has only its footer read."""
     snapshot = manifest["snapshot"]
     for table, entry in manifest["tables"].items():
         names = entry["files"]
@@ -467,7 +478,7 @@ def _parts_problem(
         # what it builds on is mostly this. The first part in the manifest's order that fails is reported.
         pool = ThreadPoolExecutor(max_workers=VERIFY_THREADS)
         try:
-            checks = pool.map(lambda name: _check_part(fs, root, name, secrets), names)
+            checks = pool.map(lambda name: _check_part(fs, root, name, secrets, hashed_ahead), names)
             for name, (problem, part_rows, identity) in zip(names, checks):
                 if problem is not None:
                     return problem
@@ -485,10 +496,16 @@ VERIFY_THREADS = 2
 """How many parts :func:`verify_output` reads and hashes at once."""
 
 
-def _check_part(fs, root: str, name: str, secrets: tuple[str, ...]) -> tuple[str | None, int, LocalFileIdentity | None]:
+def _check_part(
+    fs, root: str, name: str, secrets: tuple[str, ...], hashed_ahead: HashedAhead | None = None
+) -> tuple[str | None, int, LocalFileIdentity | None]:
     """(what is wrong with the part ``name``, or None; its footer's row count; the identity of its local file
     when it verified, see :func:`_read_part`)."""
     path = join_path(root, name)
+    if hashed_ahead and type(fs) is LocalFileSystem:
+        rows_and_identity = _footer_of_part_hashed_ahead(path, posixpath.basename(name), hashed_ahead)
+        if rows_and_identity is not None:
+            return None, *rows_and_identity
     try:
         data, identity = storage_call(lambda: _read_part(fs, path), storage_url(fs, path), "read", secrets)
     except FileNotFoundError:
@@ -500,6 +517,26 @@ def _check_part(fs, root: str, name: str, secrets: tuple[str, ...]) -> tuple[str
         return f"part {name} does not match the hash in its name (truncated or changed)", 0, None
     except Exception:  # the right hash but no Parquet footer: damaged all the same
         return f"part {name} cannot be read as Parquet", 0, None
+
+
+def _footer_of_part_hashed_ahead(
+    path: str, file_name: str, hashed_ahead: HashedAhead
+) -> tuple[int, LocalFileIdentity] | None:
+    """(the row count in its footer, its identity) for the local part at ``path`` when ``hashed_ahead`` holds
+    its file as it is now (the same inode, size, modification and change times) under ``file_name``;
+    None when it does not, or the file changed while its footer was read: the part is then read whole."""
+    try:
+        before = os.stat(path)
+        if hashed_ahead.get(local_file_identity(before)) != (file_name, before.st_ctime_ns):
+            return None
+        with open(path, "rb") as handle:
+            rows = pq.ParquetFile(handle).metadata.num_rows
+        after = os.stat(path)
+    except Exception:  # missing, unreadable, no footer: the whole read says what is wrong
+        return None
+    if (local_file_identity(after), after.st_ctime_ns) != (local_file_identity(before), before.st_ctime_ns):
+        return None
+    return rows, local_file_identity(before)
 
 
 def _read_part(fs, path: str) -> tuple[bytes, LocalFileIdentity | None]:
@@ -560,12 +597,91 @@ class OutputState:
     hashed again (see :func:`verify_local_part`)."""
 
 
+HASH_AHEAD_READ_BYTES = 8 << 20
+"""How much of a part :class:`PartsHashedAhead` reads and hashes at a time. Both give up the GIL while they
+work, and each read takes it back twice: large reads keep the thread from waiting on the listing's Python
+code (which holds the GIL up to its switch interval, 5 ms) at every megabyte."""
+
+
+class PartsHashedAhead:
+    """The published snapshot's local parts hashed on a thread of their own while the run does its other
+    work before it takes the output's lock (listing its inputs): :func:`verify_output`, with the lock held,
+    then reads only the footers of those whose files have not changed since, instead of every byte again.
+
+    It only reads, and takes no lock: a part that does not match the hash in its name, or changes while it
+    is hashed, is left out, and the check under the lock reads it and says what is wrong. Outputs that are
+    not on the local disk are not hashed ahead (:attr:`hashed` stays empty)."""
+
+    def __init__(self, output_url: str, storage_options: dict[str, Any] | None = None) -> None:
+        self._hashed: dict[LocalFileIdentity, tuple[str, int]] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        try:
+            fs, root = url_to_fs(output_url, **(storage_options or {}))
+        except Exception:  # the run reports a bad output URL itself
+            return
+        if type(fs) is LocalFileSystem and os.path.isfile(join_path(root.rstrip("/"), MANIFEST_NAME)):
+            self._thread = threading.Thread(
+                target=self._hash_parts, args=(root.rstrip("/"),), name="chunkline-hash-parts", daemon=True
+            )
+            self._thread.start()
+
+    def hashed(self) -> HashedAhead:
+        """The parts hashed ahead (see :data:`HashedAhead`), once the thread is done."""
+        if self._thread is not None:
+            self._thread.join()
+        return self._hashed
+
+    def cancel(self) -> None:
+        """Stop hashing (between two reads) and wait for the thread: the run will not use what it found."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _hash_parts(self, root: str) -> None:
+        try:
+            with open(join_path(root, MANIFEST_NAME), "rb") as handle:
+                manifest, _ = _parse_manifest(handle.read())
+            if manifest is None:
+                return
+            for table in ROW_TABLES:
+                for name in manifest["tables"].get(table, {}).get("files", []):
+                    if self._stop.is_set():
+                        return
+                    self._hash_part(join_path(root, name), posixpath.basename(name))
+        except Exception:  # anything amiss is for the check under the lock to find and report
+            logger.debug("chunkline: hashing the published parts ahead stopped", exc_info=True)
+
+    def _hash_part(self, path: str, file_name: str) -> None:
+        match = PART_NAME.fullmatch(file_name)
+        if match is None:
+            return
+        digest = hashlib.sha256()
+        buffer = bytearray(HASH_AHEAD_READ_BYTES)
+        view = memoryview(buffer)
+        with open(path, "rb", buffering=0) as handle:
+            before = os.fstat(handle.fileno())
+            while size := handle.readinto(buffer):
+                if self._stop.is_set():
+                    return
+                digest.update(view[:size])
+            after = os.fstat(handle.fileno())
+        identity = local_file_identity(before)
+        if (
+            digest.hexdigest()[:16] == match.group(2)
+            and identity == local_file_identity(after)
+            and before.st_ctime_ns == after.st_ctime_ns
+        ):
+            self._hashed[identity] = (file_name, before.st_ctime_ns)
+
+
 def verify_output(
     output_url: str,
     storage_options: dict[str, Any] | None = None,
     secrets: tuple[str, ...] = (),
     *,
     repair: bool = True,
+    hashed_ahead: HashedAhead | None = None,
 ) -> OutputState:
     """Check the output's published state before a run builds on it; call it with the output's lock held.
 
@@ -580,7 +696,8 @@ def verify_output(
 
     With ``repair``, a ``_SUCCESS`` that names another snapshot than the root manifest is rewritten (or
     removed when no root manifest can be trusted), and the published snapshot's own copy of the root
-    manifest is restored from it."""
+    manifest is restored from it. ``hashed_ahead``: the parts :class:`PartsHashedAhead` hashed before the
+    lock was taken; those whose files have not changed since are not read again."""
     fs, root = url_to_fs(output_url, **(storage_options or {}))
     root = root.rstrip("/")
     root_path = join_path(root, MANIFEST_NAME)
@@ -624,7 +741,9 @@ def verify_output(
             continue
         if problem is None:
             verified = {}
-            problem = _parts_problem(fs, root, manifest, secrets, read_tables=ROW_TABLES, verified=verified)
+            problem = _parts_problem(
+                fs, root, manifest, secrets, read_tables=ROW_TABLES, verified=verified, hashed_ahead=hashed_ahead
+            )
         if problem is not None and manifest is published:
             # The root manifest may be what is wrong: the snapshot's own copy, if it differs and verifies,
             # describes the snapshot as it was published.
@@ -633,7 +752,9 @@ def verify_output(
             if (
                 own is not None
                 and own != published
-                and not _parts_problem(fs, root, own, secrets, read_tables=ROW_TABLES, verified=verified)
+                and not _parts_problem(
+                    fs, root, own, secrets, read_tables=ROW_TABLES, verified=verified, hashed_ahead=hashed_ahead
+                )
             ):
                 damage.append(f"the root manifest {storage_url(fs, root_path)} is damaged: {problem}")
                 chosen, root_damaged = own, True
