@@ -93,26 +93,28 @@ SPLIT_COLUMNS = ("doc_id", "source_uri", "path")
 """The text columns held split at their last ``/``: a folder, shared by the files of one folder, and a
 name."""
 
-_FOLDER = pa.dictionary(pa.int16(), pa.binary())
+_SHARED_TEXT = pa.dictionary(pa.int16(), pa.binary())
+"""A text column whose values many rows of a batch share (a folder; a problem, ETag or version, nearly
+always empty): each value once per batch, each row a 16-bit index."""
 
 HELD_FILES_SCHEMA = pa.schema(
     [
-        ("doc_id_folder", _FOLDER),
+        ("doc_id_folder", _SHARED_TEXT),
         ("doc_id_name", pa.binary()),
-        ("source_uri_folder", _FOLDER),
+        ("source_uri_folder", _SHARED_TEXT),
         ("source_uri_name", pa.binary()),
         ("input_index", pa.int32()),
-        ("path_folder", _FOLDER),
+        ("path_folder", _SHARED_TEXT),
         ("path_name", pa.binary()),
         ("size_bytes", pa.int64()),
         ("modified_time", pa.int64()),
-        ("problem_stage", _FOLDER),
-        ("problem_error_type", _FOLDER),
-        ("problem_message", _FOLDER),
+        ("problem_stage", _SHARED_TEXT),
+        ("problem_error_type", _SHARED_TEXT),
+        ("problem_message", _SHARED_TEXT),
         ("problem_skipped", pa.bool_()),
         ("mtime_ns", pa.int64()),
-        ("etag", _FOLDER),
-        ("version", _FOLDER),
+        ("etag", _SHARED_TEXT),
+        ("version", _SHARED_TEXT),
     ]
 )
 """The rows of :data:`LISTED_FILES_SCHEMA` as the driver holds them, at most :data:`BATCH_ROWS` to a batch,

@@ -189,8 +189,6 @@ class SpillRows(BundleStep):
         self._buffered_bytes = 0
         self._in_flight: threading.Thread | None = None
         self._spill_failure: list[BaseException] = []
-        self.shard_bytes: Counter = Counter()
-        """Shard -> about how many bytes of rows were spilled for it in this bundle (see :func:`row_size`)."""
 
     def process(self, element: list[tuple[str, dict[str, Any]]]) -> Iterator[str]:
         if self._spill_id is None:
@@ -208,7 +206,6 @@ class SpillRows(BundleStep):
                 row_shard, size = shard_of(row["doc_id"], self._settings.shards), row_size(row)
                 self._rows[(table, row_shard)].append(row)
                 self._buffered_bytes += size
-                self.shard_bytes[row_shard] += size
         if self._buffered_bytes >= self._settings.spill_bytes:
             self._spill()
 
@@ -221,20 +218,15 @@ class SpillRows(BundleStep):
         shard_count = self._settings.shards
         by_doc_id: dict[str, int] = {}
         shards: dict[str, list[int]] = defaultdict(list)
-        bytes_of_shard = [0] * shard_count
         for table, row in element:
             doc_id = row["doc_id"]
             shard = by_doc_id.get(doc_id)
             if shard is None:
                 shard = by_doc_id[doc_id] = shard_of(doc_id, shard_count)
             shards[table].append(shard)
-            bytes_of_shard[shard] += row_size(row)
+            self._buffered_bytes += row_size(row)
         for table, array in arrays.items():
             self._arrays[table].append((array, np.array(shards[table], np.int64)))
-        for shard, size in enumerate(bytes_of_shard):
-            if size:
-                self._buffered_bytes += size
-                self.shard_bytes[shard] += size
 
     def finish_bundle(self) -> None:
         self._spill(last=True)
