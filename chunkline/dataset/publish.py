@@ -644,20 +644,20 @@ class PartsHashedAhead:
                 manifest, _ = _parse_manifest(handle.read())
             if manifest is None:
                 return
+            buffer = bytearray(HASH_AHEAD_READ_BYTES)  # one for all: each new one would be new pages to fault in
             for table in ROW_TABLES:
                 for name in manifest["tables"].get(table, {}).get("files", []):
                     if self._stop.is_set():
                         return
-                    self._hash_part(join_path(root, name), posixpath.basename(name))
+                    self._hash_part(join_path(root, name), posixpath.basename(name), buffer)
         except Exception:  # anything amiss is for the check under the lock to find and report
             logger.debug("chunkline: hashing the published parts ahead stopped", exc_info=True)
 
-    def _hash_part(self, path: str, file_name: str) -> None:
+    def _hash_part(self, path: str, file_name: str, buffer: bytearray) -> None:
         match = PART_NAME.fullmatch(file_name)
         if match is None:
             return
         digest = hashlib.sha256()
-        buffer = bytearray(HASH_AHEAD_READ_BYTES)
         view = memoryview(buffer)
         with open(path, "rb", buffering=0) as handle:
             before = os.fstat(handle.fileno())

@@ -155,10 +155,10 @@ def test_a_run_that_fails_listing_its_inputs_leaves_no_thread_hashing(published,
     started = threading.Event()
     hash_part = PartsHashedAhead._hash_part
 
-    def slow_hash_part(self, path, file_name):
+    def slow_hash_part(self, path, file_name, buffer):
         started.set()
         self._stop.wait(30)  # hashing that would outlast the listing
-        return hash_part(self, path, file_name)
+        return hash_part(self, path, file_name, buffer)
 
     monkeypatch.setattr(PartsHashedAhead, "_hash_part", slow_hash_part)
     list_inputs = run_module.list_inputs
