@@ -72,6 +72,7 @@ from chunkline.dataset.settings import storage_secrets
 from chunkline.dataset.storage import (
     list_files,
     parquet_bytes,
+    read_file_bytes,
     read_parquet_bytes,
     scrub_secrets,
     storage_call,
@@ -104,6 +105,7 @@ __all__ = [
     "publish_run",
     "read_dataset",
     "read_manifest",
+    "read_verified_part",
     "snapshot_url",
     "snapshots_after",
     "staging_url",
@@ -316,6 +318,24 @@ def local_file_identity(status: os.stat_result) -> LocalFileIdentity:
 #: the file while it was hashed -> (the part's file name, the file's change time in ns then). The change
 #: time is part of the match: a file written to and given back its modification time has another.
 HashedAhead = Mapping[LocalFileIdentity, tuple[str, int]]
+
+
+def read_verified_part(
+    fs, path: str, *, secrets: tuple[str, ...] = (), verified: Mapping[LocalFileIdentity, str] | None = None
+) -> bytes:
+    """The bytes of the part at ``path``, checked against the hash its name carries (:func:`verify_part`).
+
+    ``verified``: as for :func:`verify_local_part`. A local file that is one of them, the same inode, size and
+    modification time from before it was read to after, under the same name, holds the bytes that were
+    checked, and is not hashed again."""
+    if verified and type(fs) is LocalFileSystem:
+        data, identity = storage_call(lambda: _read_part(fs, path), storage_url(fs, path), "read", secrets)
+        if identity is not None and verified.get(identity) == posixpath.basename(path):
+            return data
+    else:
+        data = read_file_bytes(fs, path, secrets=secrets)
+    verify_part(storage_url(fs, path), data)
+    return data
 
 
 def verify_local_part(

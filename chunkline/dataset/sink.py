@@ -53,7 +53,7 @@ from chunkline.dataset.merge import (
     with_listed_metadata,
 )
 from chunkline.dataset.process_hooks import NO_PROCESS_HOOKS, ProcessHooks
-from chunkline.dataset.publish import LocalFileIdentity, verify_local_part, verify_part
+from chunkline.dataset.publish import LocalFileIdentity, read_verified_part, verify_local_part
 from chunkline.dataset.rebuild import RebuildPlan
 from chunkline.dataset.row_groups import row_bytes
 from chunkline.dataset.settings import RunConfig
@@ -578,11 +578,12 @@ class MergeShard(BundleStep):
         return pa.concat_tables(tables)
 
     def _read_verified(self, path: str) -> bytes:
-        """The bytes of a previous snapshot's part, checked against the hash its name carries: a part that
+        """The bytes of a previous snapshot's part, checked against the hash its name carries (not hashed
+        again when it is a local file this run checked and nothing has written to since): a part that
         changed since it was written is never read, carried over or copied."""
-        data = read_file_bytes(self._fs, path, secrets=self._settings.secrets)
-        verify_part(storage_url(self._fs, path), data)
-        return data
+        return read_verified_part(
+            self._fs, path, secrets=self._settings.secrets, verified=self._settings.verified_parts
+        )
 
     def _spill_paths(self, table_name: str, shard: int) -> list[str]:
         """The shard's spill files of this run: those named by a spill id the spill step output (any other

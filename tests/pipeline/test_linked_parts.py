@@ -16,12 +16,14 @@ from pathlib import Path
 
 import pytest
 from damage_matrix import Damage, Snapshots, _flip_bit, check_rerun, reference_rows
+from fsspec.implementations.local import LocalFileSystem
 
 import chunkline.dataset.sink as sink_module
 from chunkline.dataset.publish import (
     DamagedDatasetError,
     local_file_identity,
     read_manifest,
+    read_verified_part,
     verify_local_part,
     verify_output,
     verify_snapshot,
@@ -186,6 +188,26 @@ def test_a_carried_link_to_a_part_hashed_while_verifying_is_not_read_again_unles
     _flip_bit(path)
     with pytest.raises(DamagedDatasetError):
         verify_local_part(url, str(path), verified=state.verified_parts)
+
+
+def test_a_previous_part_a_merge_reads_is_not_hashed_again_unless_its_file_changed(linked, monkeypatch):
+    _, output, snapshots = linked
+    state = verify_output(str(output), repair=False)
+    name, status = max(snapshot_parts(output, snapshots.latest, "chunks").items(), key=lambda item: item[1].st_size)
+    path = output / "snapshots" / snapshots.latest / "chunks" / name
+    fs = LocalFileSystem()
+    assert read_verified_part(fs, str(path), verified=state.verified_parts) == path.read_bytes()
+    # Its bytes changed and its time put back, as no writer does: taken as the bytes hashed, not hashed again.
+    _flip_bit(path)
+    os.utime(path, ns=(status.st_atime_ns, status.st_mtime_ns))
+    assert read_verified_part(fs, str(path), verified=state.verified_parts) == path.read_bytes()
+    with pytest.raises(DamagedDatasetError):  # without the record it is hashed
+        read_verified_part(fs, str(path))
+    _flip_bit(path)  # written again, its time now: hashed, and it verifies once more
+    assert read_verified_part(fs, str(path), verified=state.verified_parts) == path.read_bytes()
+    _flip_bit(path)
+    with pytest.raises(DamagedDatasetError):
+        read_verified_part(fs, str(path), verified=state.verified_parts)
 
 
 def test_a_memory_outputs_parts_are_read_whenever_carried(memory_fs):

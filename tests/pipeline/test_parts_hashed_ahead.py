@@ -121,12 +121,22 @@ def test_a_part_damaged_before_it_was_hashed_ahead_is_left_out_and_reported_by_t
 
 
 def test_an_unchanged_rerun_reads_no_part_whole_under_the_lock_and_builds_the_same_dataset(
-    published, whole_reads, tmp_path
+    published, whole_reads, tmp_path, monkeypatch
 ):
     corpus, output = published
+    verify = run_module.verify_output
+    read_while_checking: list[str] = []
+
+    def checked(*args, **kwargs):
+        before = len(whole_reads)
+        state = verify(*args, **kwargs)
+        read_while_checking.extend(whole_reads[before:])
+        return state
+
+    monkeypatch.setattr(run_module, "verify_output", checked)
     summary = run([corpus], output, "output.shards=3")
     assert summary.rebuild["mode"] == "incremental"
-    assert whole_reads == []
+    assert read_while_checking == []
     clean = tmp_path / "clean"
     run([corpus], clean, "output.shards=3")
     assert table_digests(output, ROW_TABLES) == table_digests(clean, ROW_TABLES)
