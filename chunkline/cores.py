@@ -4,6 +4,7 @@ layer size their threads and workers by. No Beam here."""
 from __future__ import annotations
 
 import os
+import time
 
 __all__ = ["available_cores", "cores_busy_elsewhere"]
 
@@ -11,9 +12,11 @@ __all__ = ["available_cores", "cores_busy_elsewhere"]
 PROC_LOADAVG = "/proc/loadavg"
 #: One folder per thread of this process, each with a ``stat`` file giving the thread's state.
 PROC_SELF_TASKS = "/proc/self/task"
-#: How many times the runnable count is read; their median is the answer, so that a thread of another
-#: process caught sleeping between two bursts (or one caught waking) does not decide alone.
+#: How many times the runnable count is read, :data:`RUNNABLE_READ_GAP_SECONDS` apart; the fewest seen is
+#: the answer. A process that computes is runnable at every read; the kernel's own short work (writing
+#: back what a run just wrote, for one) and a thread that wakes for a moment are not, and do not count.
 RUNNABLE_READS = 5
+RUNNABLE_READ_GAP_SECONDS = 0.002
 
 
 def available_cores() -> int:
@@ -25,22 +28,25 @@ def available_cores() -> int:
 
 
 def cores_busy_elsewhere() -> float:
-    """How many cores other processes keep busy now: the threads the kernel counts runnable at this
-    instant, less this process's own (the median of :data:`RUNNABLE_READS` reads); where the platform
-    does not say (no ``/proc``), the 1-minute load average beyond this process's one; 0 where neither
-    can be had.
+    """How many cores other processes keep busy now: the threads the kernel counts runnable, less this
+    process's own (the fewest of :data:`RUNNABLE_READS` reads over about 10 ms); where the platform does
+    not say (no ``/proc``), the 1-minute load average beyond this process's one; 0 where neither can be
+    had.
 
     The instant count comes first: a 1-minute average still counts, for about a minute, the cores of work
     that has just ended (a run started right after another would see them busy)."""
     try:
-        runnable = [_runnable_threads() for _ in range(RUNNABLE_READS)]
+        runnable = _runnable_threads()
+        for _ in range(RUNNABLE_READS - 1):
+            time.sleep(RUNNABLE_READ_GAP_SECONDS)
+            runnable = min(runnable, _runnable_threads())
         own = _own_runnable_threads()
     except (OSError, ValueError, IndexError):
         try:
             return max(0.0, os.getloadavg()[0] - 1.0)
         except (AttributeError, OSError):
             return 0.0
-    return float(max(0, sorted(runnable)[len(runnable) // 2] - own))
+    return float(max(0, runnable - own))
 
 
 def _runnable_threads() -> int:

@@ -51,6 +51,23 @@ def test_cores_busy_elsewhere_are_the_runnable_threads_of_other_processes(
     assert cores.cores_busy_elsewhere() == busy
 
 
+def test_a_thread_runnable_at_only_some_reads_does_not_count(tmp_path, monkeypatch):
+    """The kernel writing back a run's files, or a thread woken for a moment, is runnable at one read and
+    not the next; a process that computes is runnable at every read."""
+    loadavg, tasks = fake_proc(tmp_path, 3, ["R", "S"])
+    counts = iter([5, 3, 4, 3, 5])  # one other process at every read, up to two more now and then
+
+    def read_runnable():
+        loadavg.write_text(f"1.84 1.92 1.40 {next(counts)}/412 90211\n", encoding="ascii")
+        return runnable_threads()
+
+    runnable_threads = cores._runnable_threads
+    monkeypatch.setattr(cores, "PROC_LOADAVG", str(loadavg))
+    monkeypatch.setattr(cores, "PROC_SELF_TASKS", str(tasks))
+    monkeypatch.setattr(cores, "_runnable_threads", read_runnable)
+    assert cores.cores_busy_elsewhere() == 2.0  # the fewest runnable (3) less the thread asking
+
+
 def test_without_proc_the_load_average_beyond_this_process_counts(tmp_path, monkeypatch):
     monkeypatch.setattr(cores, "PROC_LOADAVG", str(tmp_path / "absent" / "loadavg"))
     monkeypatch.setattr(cores.os, "getloadavg", lambda: (2.5, 2.0, 1.0))
