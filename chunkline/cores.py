@@ -40,6 +40,8 @@ def cores_busy_elsewhere() -> float:
         for _ in range(RUNNABLE_READS - 1):
             time.sleep(RUNNABLE_READ_GAP_SECONDS)
             runnable = min(runnable, _runnable_threads())
+        if runnable < 1:  # the thread asking is runnable: a platform that shows none does not count them
+            raise ValueError("no runnable thread shown")
         own = _own_runnable_threads()
     except (OSError, ValueError, IndexError):
         try:

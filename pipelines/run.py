@@ -59,7 +59,7 @@ from chunkline.dataset.layout import staging_url
 from chunkline.dataset.listing import write_listing
 from chunkline.dataset.process_hooks import NO_PROCESS_HOOKS, ProcessHooks
 from chunkline.dataset.publish import (
-    HashedAhead,
+    CheckedParts,
     OutputState,
     PartsHashedAhead,
     acquire_output_lock,
@@ -433,7 +433,7 @@ class _PreviousState:
     """The documents table of the published snapshot, when it verifies (None otherwise)."""
 
 
-def _previous_state(config: RunConfig, hashed_ahead: HashedAhead | None = None) -> _PreviousState:
+def _previous_state(config: RunConfig, hashed_ahead: CheckedParts | None = None) -> _PreviousState:
     """The output's published state, verified with the lock held (see :func:`verify_output`: a damaged
     snapshot is never built on, and a stale ``_SUCCESS`` is put right; parts ``hashed_ahead`` that have not
     changed since are not read again), and the published snapshot's documents table when that snapshot
@@ -675,6 +675,7 @@ def run_pipeline(
                 discard_run(output_url, run_id, storage_options)
             raise
     finally:
+        parts_hashed_ahead.cancel()  # done already, unless the run was interrupted while it waited for it
         if fork_server is not None:  # a run that failed before its pipeline ran
             fork_server.close()
         if run_folder is not None:

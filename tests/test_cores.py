@@ -74,6 +74,15 @@ def test_without_proc_the_load_average_beyond_this_process_counts(tmp_path, monk
     assert cores.cores_busy_elsewhere() == 1.5
 
 
+def test_a_proc_that_shows_no_runnable_thread_is_not_believed(tmp_path, monkeypatch):
+    """Some kernels' emulations (gVisor, WSL 1) show 0 runnable threads: the thread asking is one."""
+    loadavg, tasks = fake_proc(tmp_path, 0, ["R"])
+    monkeypatch.setattr(cores, "PROC_LOADAVG", str(loadavg))
+    monkeypatch.setattr(cores, "PROC_SELF_TASKS", str(tasks))
+    monkeypatch.setattr(cores.os, "getloadavg", lambda: (2.0, 2.0, 2.0))
+    assert cores.cores_busy_elsewhere() == 1.0
+
+
 def test_without_proc_or_a_load_average_no_core_counts_as_busy(tmp_path, monkeypatch):
     def no_load_average():
         raise OSError("load average unobtainable")

@@ -15,14 +15,14 @@ Publishing is the caller's.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 
 from chunkline.dataset.bundle import BATCH_BYTES, BATCH_DOCUMENTS, batched, run_bundle
 from chunkline.dataset.document_rows import DocumentChunker
 from chunkline.dataset.file_reader import MatchedFileReader
 from chunkline.dataset.inputs import SourceFile
 from chunkline.dataset.process_hooks import NO_PROCESS_HOOKS, ProcessHooks
-from chunkline.dataset.publish import LocalFileIdentity
+from chunkline.dataset.publish import CheckedParts
 from chunkline.dataset.rebuild import RebuildPlan, write_shard_plans
 from chunkline.dataset.settings import RunConfig
 from chunkline.dataset.sink import write_settings_for, write_tables_in_process
@@ -36,7 +36,7 @@ def stage_run_in_process(
     run_id: str,
     plan: RebuildPlan,
     process_hooks: ProcessHooks = NO_PROCESS_HOOKS,
-    verified_parts: Mapping[LocalFileIdentity, str] | None = None,
+    verified_parts: CheckedParts | None = None,
 ) -> list[str]:
     """Read and chunk ``plan.to_chunk``, and stage the run's snapshot (carrying the plan's other documents
     over); returns the part files' paths. ``process_hooks``: what the program that owns the process does

@@ -88,10 +88,12 @@ __all__ = [
     "SNAPSHOTS_FOLDER",
     "STAGING_FOLDER",
     "SUCCESS_NAME",
+    "CHANGE_TIME_FOLLOWS_WRITES",
+    "CheckedParts",
     "ConcurrentRunError",
     "DamagedDatasetError",
     "DatasetNotFoundError",
-    "HashedAhead",
+    "CheckedParts",
     "OutputLock",
     "OutputState",
     "PartsHashedAhead",
@@ -314,23 +316,27 @@ def local_file_identity(status: os.stat_result) -> LocalFileIdentity:
     return (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns)
 
 
-#: Local parts hashed before a run took its output's lock (see :class:`PartsHashedAhead`): the identity of
-#: the file while it was hashed -> (the part's file name, the file's change time in ns then). The change
-#: time is part of the match: a file written to and given back its modification time has another.
-HashedAhead = Mapping[LocalFileIdentity, tuple[str, int]]
+#: Local parts whose bytes a run hashed and found matching their names (:attr:`OutputState.verified_parts`,
+#: :class:`PartsHashedAhead`): the identity of the file while it was hashed -> (the part's file name, the
+#: file's change time in ns then). A file written to and given back its modification time has another
+#: change time; so has a file given another name (a hard link), which is why the carry of a linked part
+#: (:func:`verify_local_part`) matches the identity and name alone.
+CheckedParts = Mapping[LocalFileIdentity, tuple[str, int]]
+
+#: Whether a file's ``st_ctime_ns`` is the time its inode last changed (where a write moves it), as on
+#: POSIX systems; on Windows it is the time the file was made, so no part is trusted by it there.
+CHANGE_TIME_FOLLOWS_WRITES = os.name != "nt"
 
 
-def read_verified_part(
-    fs, path: str, *, secrets: tuple[str, ...] = (), verified: Mapping[LocalFileIdentity, str] | None = None
-) -> bytes:
+def read_verified_part(fs, path: str, *, secrets: tuple[str, ...] = (), verified: CheckedParts | None = None) -> bytes:
     """The bytes of the part at ``path``, checked against the hash its name carries (:func:`verify_part`).
 
-    ``verified``: as for :func:`verify_local_part`. A local file that is one of them, the same inode, size and
-    modification time from before it was read to after, under the same name, holds the bytes that were
-    checked, and is not hashed again."""
-    if verified and type(fs) is LocalFileSystem:
-        data, identity = storage_call(lambda: _read_part(fs, path), storage_url(fs, path), "read", secrets)
-        if identity is not None and verified.get(identity) == posixpath.basename(path):
+    ``verified``: the local parts this run has hashed already. A local file that is one of them under the
+    same name, the same inode, size, modification and change times from before it was read to after, holds
+    the bytes that were checked, and is not hashed again."""
+    if verified and type(fs) is LocalFileSystem and CHANGE_TIME_FOLLOWS_WRITES:
+        data, state = storage_call(lambda: _read_part(fs, path), storage_url(fs, path), "read", secrets)
+        if state is not None and verified.get(state[0]) == (posixpath.basename(path), state[1]):
             return data
     else:
         data = read_file_bytes(fs, path, secrets=secrets)
@@ -343,7 +349,7 @@ def verify_local_part(
     path: str,
     *,
     secrets: tuple[str, ...] = (),
-    verified: Mapping[LocalFileIdentity, str] | None = None,
+    verified: CheckedParts | None = None,
 ) -> None:
     """:func:`verify_part` for the part at ``url`` read from ``path`` on the local disk, hashed as it is read
     a megabyte at a time: its bytes are not needed afterwards, so they are never held whole.
@@ -357,7 +363,7 @@ def verify_local_part(
             identity = local_file_identity(os.stat(path))
         except OSError:  # the read below says what is wrong
             identity = None
-        if identity is not None and verified.get(identity) == posixpath.basename(url):
+        if identity is not None and verified.get(identity, ("",))[0] == posixpath.basename(url):
             return
 
     def sha256_of_file() -> Any:
@@ -466,15 +472,15 @@ def _parts_problem(
     secrets: tuple[str, ...],
     *,
     read_tables: tuple[str, ...],
-    verified: dict[LocalFileIdentity, str] | None = None,
-    hashed_ahead: HashedAhead | None = None,
+    verified: dict[LocalFileIdentity, tuple[str, int]] | None = None,
+    hashed_ahead: CheckedParts | None = None,
 ) -> str | None:
     """What is wrong with a well-formed manifest's parts, or None if they verify.
 
     Each table folder must hold exactly the parts the manifest names (no part missing, none it does not
     name); the parts of ``read_tables`` are read whole, each checked against the hash in its name, and their
     footers' row counts against the manifest's. Each local part whose hash matched goes into ``verified``
-    (its identity while it was read -> its name), when one is given. A local part in ``hashed_ahead``
+    (its identity while it was read -> its name and change time, see :data:`CheckedParts`), when one is given. A local part in ``hashed_ahead``
     whose file has not changed since (see :class:`PartsHashedAhead`) has only its footer read."""
     snapshot = manifest["snapshot"]
     for table, entry in manifest["tables"].items():
@@ -499,11 +505,11 @@ def _parts_problem(
         pool = ThreadPoolExecutor(max_workers=VERIFY_THREADS)
         try:
             checks = pool.map(lambda name: _check_part(fs, root, name, secrets, hashed_ahead), names)
-            for name, (problem, part_rows, identity) in zip(names, checks):
+            for name, (problem, part_rows, state) in zip(names, checks):
                 if problem is not None:
                     return problem
-                if verified is not None and identity is not None:
-                    verified[identity] = posixpath.basename(name)
+                if verified is not None and state is not None:
+                    verified[state[0]] = (posixpath.basename(name), state[1])
                 rows += part_rows
         finally:
             pool.shutdown(wait=True, cancel_futures=True)  # the parts after a damaged one are not read
@@ -517,22 +523,22 @@ VERIFY_THREADS = 2
 
 
 def _check_part(
-    fs, root: str, name: str, secrets: tuple[str, ...], hashed_ahead: HashedAhead | None = None
-) -> tuple[str | None, int, LocalFileIdentity | None]:
-    """(what is wrong with the part ``name``, or None; its footer's row count; the identity of its local file
-    when it verified, see :func:`_read_part`)."""
+    fs, root: str, name: str, secrets: tuple[str, ...], hashed_ahead: CheckedParts | None = None
+) -> tuple[str | None, int, tuple[LocalFileIdentity, int] | None]:
+    """(what is wrong with the part ``name``, or None; its footer's row count; the identity and change time of
+    its local file when it verified, see :func:`_read_part`)."""
     path = join_path(root, name)
-    if hashed_ahead and type(fs) is LocalFileSystem:
-        rows_and_identity = _footer_of_part_hashed_ahead(path, posixpath.basename(name), hashed_ahead)
-        if rows_and_identity is not None:
-            return None, *rows_and_identity
+    if hashed_ahead and type(fs) is LocalFileSystem and CHANGE_TIME_FOLLOWS_WRITES:
+        rows_and_state = _footer_of_part_hashed_ahead(path, posixpath.basename(name), hashed_ahead)
+        if rows_and_state is not None:
+            return None, *rows_and_state
     try:
-        data, identity = storage_call(lambda: _read_part(fs, path), storage_url(fs, path), "read", secrets)
+        data, state = storage_call(lambda: _read_part(fs, path), storage_url(fs, path), "read", secrets)
     except FileNotFoundError:
         return f"part {name} is missing", 0, None
     try:
         verify_part(name, data)
-        return None, pq.ParquetFile(pa.BufferReader(data)).metadata.num_rows, identity
+        return None, pq.ParquetFile(pa.BufferReader(data)).metadata.num_rows, state
     except DamagedDatasetError:
         return f"part {name} does not match the hash in its name (truncated or changed)", 0, None
     except Exception:  # the right hash but no Parquet footer: damaged all the same
@@ -540,9 +546,9 @@ def _check_part(
 
 
 def _footer_of_part_hashed_ahead(
-    path: str, file_name: str, hashed_ahead: HashedAhead
-) -> tuple[int, LocalFileIdentity] | None:
-    """(the row count in its footer, its identity) for the local part at ``path`` when ``hashed_ahead`` holds
+    path: str, file_name: str, hashed_ahead: CheckedParts
+) -> tuple[int, tuple[LocalFileIdentity, int]] | None:
+    """(the row count in its footer, (its identity, its change time)) for the local part at ``path`` when ``hashed_ahead`` holds
     its file as it is now (the same inode, size, modification and change times) under ``file_name``;
     None when it does not, or the file changed while its footer was read: the part is then read whole."""
     try:
@@ -556,19 +562,21 @@ def _footer_of_part_hashed_ahead(
         return None
     if (local_file_identity(after), after.st_ctime_ns) != (local_file_identity(before), before.st_ctime_ns):
         return None
-    return rows, local_file_identity(before)
+    return rows, (local_file_identity(before), before.st_ctime_ns)
 
 
-def _read_part(fs, path: str) -> tuple[bytes, LocalFileIdentity | None]:
-    """The bytes of the part at ``path``, and, on the local disk, the identity of the file they were read
-    from (None when the file changed while it was read, or elsewhere)."""
+def _read_part(fs, path: str) -> tuple[bytes, tuple[LocalFileIdentity, int] | None]:
+    """The bytes of the part at ``path``, and, on the local disk, the identity and change time of the file
+    they were read from (None when the file changed while it was read, or elsewhere)."""
     if type(fs) is not LocalFileSystem:
         return fs.cat_file(path), None
     with open(path, "rb") as handle:
-        before = local_file_identity(os.fstat(handle.fileno()))
+        before = os.fstat(handle.fileno())
         data = handle.read()
-        after = local_file_identity(os.fstat(handle.fileno()))
-    return data, (before if before == after and len(data) == before[2] else None)
+        after = os.fstat(handle.fileno())
+    state = (local_file_identity(before), before.st_ctime_ns)
+    unchanged = state == (local_file_identity(after), after.st_ctime_ns) and len(data) == before.st_size
+    return data, (state if unchanged else None)
 
 
 def _damaged_message(url: str, snapshot: str, problem: str, kept: list[str]) -> str:
@@ -611,7 +619,7 @@ class OutputState:
     """The root manifest could not be trusted: the run publishes a new one."""
     damaged_snapshots: tuple[str, ...] = ()
     """The kept snapshots that failed verification (no longer kept), newest first."""
-    verified_parts: Mapping[LocalFileIdentity, str] = dataclass_field(default_factory=dict)
+    verified_parts: CheckedParts = dataclass_field(default_factory=dict)
     """The parts of ``manifest`` on the local disk whose bytes were hashed here, by the identity of their file
     then (-> the part's file name): a part carried over as a hard link to one of them, unchanged since, is not
     hashed again (see :func:`verify_local_part`)."""
@@ -630,7 +638,8 @@ class PartsHashedAhead:
 
     It only reads, and takes no lock: a part that does not match the hash in its name, or changes while it
     is hashed, is left out, and the check under the lock reads it and says what is wrong. Outputs that are
-    not on the local disk are not hashed ahead (:attr:`hashed` stays empty)."""
+    not on the local disk, and any on Windows (see :data:`CHANGE_TIME_FOLLOWS_WRITES`), are not hashed
+    ahead (:meth:`hashed` gives none)."""
 
     def __init__(self, output_url: str, storage_options: dict[str, Any] | None = None) -> None:
         self._hashed: dict[LocalFileIdentity, tuple[str, int]] = {}
@@ -640,14 +649,18 @@ class PartsHashedAhead:
             fs, root = url_to_fs(output_url, **(storage_options or {}))
         except Exception:  # the run reports a bad output URL itself
             return
-        if type(fs) is LocalFileSystem and os.path.isfile(join_path(root.rstrip("/"), MANIFEST_NAME)):
+        if (
+            type(fs) is LocalFileSystem
+            and CHANGE_TIME_FOLLOWS_WRITES
+            and os.path.isfile(join_path(root.rstrip("/"), MANIFEST_NAME))
+        ):
             self._thread = threading.Thread(
                 target=self._hash_parts, args=(root.rstrip("/"),), name="chunkline-hash-parts", daemon=True
             )
             self._thread.start()
 
-    def hashed(self) -> HashedAhead:
-        """The parts hashed ahead (see :data:`HashedAhead`), once the thread is done."""
+    def hashed(self) -> CheckedParts:
+        """The parts hashed ahead (see :data:`CheckedParts`), once the thread is done."""
         if self._thread is not None:
             self._thread.join()
         return self._hashed
@@ -669,7 +682,10 @@ class PartsHashedAhead:
                 for name in manifest["tables"].get(table, {}).get("files", []):
                     if self._stop.is_set():
                         return
-                    self._hash_part(join_path(root, name), posixpath.basename(name), buffer)
+                    try:
+                        self._hash_part(join_path(root, name), posixpath.basename(name), buffer)
+                    except OSError:  # missing or unreadable: the check under the lock says so; the next one
+                        continue
         except Exception:  # anything amiss is for the check under the lock to find and report
             logger.debug("chunkline: hashing the published parts ahead stopped", exc_info=True)
 
@@ -701,7 +717,7 @@ def verify_output(
     secrets: tuple[str, ...] = (),
     *,
     repair: bool = True,
-    hashed_ahead: HashedAhead | None = None,
+    hashed_ahead: CheckedParts | None = None,
 ) -> OutputState:
     """Check the output's published state before a run builds on it; call it with the output's lock held.
 
@@ -748,7 +764,7 @@ def verify_output(
     chosen: dict[str, Any] | None = None
     root_damaged = published is None
     dropped: set[str] = set()
-    verified: dict[LocalFileIdentity, str] = {}
+    verified: dict[LocalFileIdentity, tuple[str, int]] = {}
     for name in candidates:
         if published is not None and name == published["snapshot"]:
             manifest, problem = published, None

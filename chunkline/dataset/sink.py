@@ -19,7 +19,7 @@ import threading
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,7 +53,7 @@ from chunkline.dataset.merge import (
     with_listed_metadata,
 )
 from chunkline.dataset.process_hooks import NO_PROCESS_HOOKS, ProcessHooks
-from chunkline.dataset.publish import LocalFileIdentity, read_verified_part, verify_local_part
+from chunkline.dataset.publish import CheckedParts, read_verified_part, verify_local_part
 from chunkline.dataset.rebuild import RebuildPlan
 from chunkline.dataset.row_groups import row_bytes
 from chunkline.dataset.settings import RunConfig
@@ -108,7 +108,7 @@ class WriteSettings:
     """The promoted front-matter columns of ``chunks`` and ``changes/upserts`` (``output.front_matter_columns``)."""
     process_hooks: ProcessHooks = NO_PROCESS_HOOKS
     """What the program that owns the process does around the merges (:mod:`chunkline.dataset.process_hooks`)."""
-    verified_parts: Mapping[LocalFileIdentity, str] = field(default_factory=dict)
+    verified_parts: CheckedParts = field(default_factory=dict)
     """The previous snapshot's local parts the run hashed when it verified the output
     (:attr:`~chunkline.dataset.publish.OutputState.verified_parts`): one carried over as a hard link to the
     very file hashed, unchanged since, is not hashed again."""
@@ -124,7 +124,7 @@ def write_settings_for(
     run_id: str,
     plan: RebuildPlan,
     process_hooks: ProcessHooks = NO_PROCESS_HOOKS,
-    verified_parts: Mapping[LocalFileIdentity, str] | None = None,
+    verified_parts: CheckedParts | None = None,
 ) -> WriteSettings:
     """Where and how run ``run_id`` of ``config`` stages its tables, building on ``plan`` (and on the parts
     of its previous snapshot that ``verified_parts`` names as hashed already, see :class:`WriteSettings`)."""
@@ -579,8 +579,9 @@ class MergeShard(BundleStep):
 
     def _read_verified(self, path: str) -> bytes:
         """The bytes of a previous snapshot's part, checked against the hash its name carries (not hashed
-        again when it is a local file this run checked and nothing has written to since): a part that
-        changed since it was written is never read, carried over or copied."""
+        again when it is a local file this run checked whose identity and change time are as they were then,
+        see :func:`~chunkline.dataset.publish.read_verified_part`): a part that changed since it was written
+        is never read, carried over or copied."""
         return read_verified_part(
             self._fs, path, secrets=self._settings.secrets, verified=self._settings.verified_parts
         )

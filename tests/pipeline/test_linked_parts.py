@@ -18,6 +18,7 @@ import pytest
 from damage_matrix import Damage, Snapshots, _flip_bit, check_rerun, reference_rows
 from fsspec.implementations.local import LocalFileSystem
 
+import chunkline.dataset.publish as publish_module
 import chunkline.dataset.sink as sink_module
 from chunkline.dataset.publish import (
     DamagedDatasetError,
@@ -162,7 +163,7 @@ def test_verifying_the_output_records_each_local_part_it_hashed_by_its_files_ide
     expected = {}
     for table in ROW_TABLES:
         for name, status in snapshot_parts(output, snapshots.latest, table).items():
-            expected[local_file_identity(status)] = name
+            expected[local_file_identity(status)] = (name, status.st_ctime_ns)
     assert state.verified_parts == expected
 
 
@@ -191,23 +192,27 @@ def test_a_carried_link_to_a_part_hashed_while_verifying_is_not_read_again_unles
 
 
 def test_a_previous_part_a_merge_reads_is_not_hashed_again_unless_its_file_changed(linked, monkeypatch):
+    """A merge writes the rows it reads into a new part whose name carries their new hash: a part changed since
+    the check must be caught as it is read, even written in place with its modification time put back."""
     _, output, snapshots = linked
     state = verify_output(str(output), repair=False)
     name, status = max(snapshot_parts(output, snapshots.latest, "chunks").items(), key=lambda item: item[1].st_size)
     path = output / "snapshots" / snapshots.latest / "chunks" / name
     fs = LocalFileSystem()
+    hashed: list[str] = []
+    verify_part = publish_module.verify_part
+    monkeypatch.setattr(publish_module, "verify_part", lambda url, data: hashed.append(url) or verify_part(url, data))
     assert read_verified_part(fs, str(path), verified=state.verified_parts) == path.read_bytes()
-    # Its bytes changed and its time put back, as no writer does: taken as the bytes hashed, not hashed again.
+    assert hashed == []  # the file the check hashed, unchanged since
+    assert read_verified_part(fs, str(path)) == path.read_bytes()  # without the record it is hashed
+    assert len(hashed) == 1
     _flip_bit(path)
-    os.utime(path, ns=(status.st_atime_ns, status.st_mtime_ns))
-    assert read_verified_part(fs, str(path), verified=state.verified_parts) == path.read_bytes()
-    with pytest.raises(DamagedDatasetError):  # without the record it is hashed
-        read_verified_part(fs, str(path))
-    _flip_bit(path)  # written again, its time now: hashed, and it verifies once more
-    assert read_verified_part(fs, str(path), verified=state.verified_parts) == path.read_bytes()
-    _flip_bit(path)
+    os.utime(path, ns=(status.st_atime_ns, status.st_mtime_ns))  # identity as before: the change time tells
     with pytest.raises(DamagedDatasetError):
         read_verified_part(fs, str(path), verified=state.verified_parts)
+    _flip_bit(path)  # its bytes back, its change time new: hashed, and it verifies once more
+    assert read_verified_part(fs, str(path), verified=state.verified_parts) == path.read_bytes()
+    assert len(hashed) == 3
 
 
 def test_a_memory_outputs_parts_are_read_whenever_carried(memory_fs):

@@ -152,9 +152,11 @@ def test_a_damaged_part_is_caught_by_the_next_run_which_rebuilds_in_full(publish
     assert table_digests(output, ROW_TABLES) == table_digests(clean, ROW_TABLES)
 
 
-@pytest.mark.parametrize("output", ["memory:///hashed-ahead/out", "new"])
-def test_outputs_off_the_local_disk_or_not_yet_published_start_no_thread(tmp_path, output):
-    url = str(tmp_path / "new-output") if output == "new" else output
+@pytest.mark.parametrize("where", ["memory", "new"])
+def test_outputs_off_the_local_disk_or_not_yet_published_start_no_thread(published, tmp_path, where):
+    _, output = published
+    # memory://: the same path holds a published dataset on the local disk, which it must not read.
+    url = f"memory://{output}" if where == "memory" else str(tmp_path / "new-output")
     ahead = PartsHashedAhead(url)
     assert HASHING_THREAD not in {thread.name for thread in threading.enumerate()}
     assert ahead.hashed() == {}
