@@ -33,7 +33,7 @@ def cores_busy_elsewhere() -> float:
     not say (no ``/proc``), the 1-minute load average beyond this process's one; 0 where neither can be
     had.
 
-    The instant count comes first: a 1-minute average still counts, for about a minute, the cores of work
+    The count of now comes first: a 1-minute average still counts, for about a minute, the cores of work
     that has just ended (a run started right after another would see them busy)."""
     try:
         runnable = _runnable_threads()

@@ -93,7 +93,6 @@ __all__ = [
     "ConcurrentRunError",
     "DamagedDatasetError",
     "DatasetNotFoundError",
-    "CheckedParts",
     "OutputLock",
     "OutputState",
     "PartsHashedAhead",
@@ -316,6 +315,23 @@ def local_file_identity(status: os.stat_result) -> LocalFileIdentity:
     return (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns)
 
 
+def _file_state(status: os.stat_result) -> tuple[LocalFileIdentity, int]:
+    """A local file's identity and change time from its ``stat``: what :data:`CheckedParts` keys and checks."""
+    return local_file_identity(status), status.st_ctime_ns
+
+
+def _sha256_of_file(handle, buffer: bytearray, stop: threading.Event | None = None) -> Any:
+    """The SHA-256 of what is left to read of the open file ``handle``, read into ``buffer`` a buffer at a time;
+    None when ``stop`` is set before the end."""
+    digest = hashlib.sha256()
+    view = memoryview(buffer)
+    while size := handle.readinto(buffer):
+        if stop is not None and stop.is_set():
+            return None
+        digest.update(view[:size])
+    return digest
+
+
 #: Local parts whose bytes a run hashed and found matching their names (:attr:`OutputState.verified_parts`,
 #: :class:`PartsHashedAhead`): the identity of the file while it was hashed -> (the part's file name, the
 #: file's change time in ns then). A file written to and given back its modification time has another
@@ -367,13 +383,8 @@ def verify_local_part(
             return
 
     def sha256_of_file() -> Any:
-        digest = hashlib.sha256()
-        buffer = bytearray(1 << 20)
-        view = memoryview(buffer)
         with open(path, "rb", buffering=0) as handle:
-            while size := handle.readinto(buffer):
-                digest.update(view[:size])
-        return digest
+            return _sha256_of_file(handle, bytearray(1 << 20))
 
     _verify_part_hash(url, storage_call(sha256_of_file, url, "read", secrets))
 
@@ -480,8 +491,9 @@ def _parts_problem(
     Each table folder must hold exactly the parts the manifest names (no part missing, none it does not
     name); the parts of ``read_tables`` are read whole, each checked against the hash in its name, and their
     footers' row counts against the manifest's. Each local part whose hash matched goes into ``verified``
-    (its identity while it was read -> its name and change time, see :data:`CheckedParts`), when one is given. A local part in ``hashed_ahead``
-    whose file has not changed since (see :class:`PartsHashedAhead`) has only its footer read."""
+    (its identity while it was read -> its name and change time, see :data:`CheckedParts`), when one is
+    given. A local part in ``hashed_ahead`` whose file has not changed since (see :class:`PartsHashedAhead`)
+    has only its footer read."""
     snapshot = manifest["snapshot"]
     for table, entry in manifest["tables"].items():
         names = entry["files"]
@@ -548,21 +560,20 @@ def _check_part(
 def _footer_of_part_hashed_ahead(
     path: str, file_name: str, hashed_ahead: CheckedParts
 ) -> tuple[int, tuple[LocalFileIdentity, int]] | None:
-    """(the row count in its footer, (its identity, its change time)) for the local part at ``path`` when ``hashed_ahead`` holds
-    its file as it is now (the same inode, size, modification and change times) under ``file_name``;
-    None when it does not, or the file changed while its footer was read: the part is then read whole."""
+    """(the row count in its footer, its file's identity and change time) for the local part at ``path``
+    when ``hashed_ahead`` holds its file as it is now (the same inode, size, modification and change times)
+    under ``file_name``; None when it does not, or the file changed while its footer was read: the part is
+    then read whole."""
     try:
-        before = os.stat(path)
-        if hashed_ahead.get(local_file_identity(before)) != (file_name, before.st_ctime_ns):
+        before = _file_state(os.stat(path))
+        if hashed_ahead.get(before[0]) != (file_name, before[1]):
             return None
         with open(path, "rb") as handle:
             rows = pq.ParquetFile(handle).metadata.num_rows
-        after = os.stat(path)
+        after = _file_state(os.stat(path))
     except Exception:  # missing, unreadable, no footer: the whole read says what is wrong
         return None
-    if (local_file_identity(after), after.st_ctime_ns) != (local_file_identity(before), before.st_ctime_ns):
-        return None
-    return rows, (local_file_identity(before), before.st_ctime_ns)
+    return (rows, before) if after == before else None
 
 
 def _read_part(fs, path: str) -> tuple[bytes, tuple[LocalFileIdentity, int] | None]:
@@ -571,12 +582,10 @@ def _read_part(fs, path: str) -> tuple[bytes, tuple[LocalFileIdentity, int] | No
     if type(fs) is not LocalFileSystem:
         return fs.cat_file(path), None
     with open(path, "rb") as handle:
-        before = os.fstat(handle.fileno())
+        before = _file_state(os.fstat(handle.fileno()))
         data = handle.read()
-        after = os.fstat(handle.fileno())
-    state = (local_file_identity(before), before.st_ctime_ns)
-    unchanged = state == (local_file_identity(after), after.st_ctime_ns) and len(data) == before.st_size
-    return data, (state if unchanged else None)
+        after = _file_state(os.fstat(handle.fileno()))
+    return data, (before if before == after and len(data) == before[0][2] else None)
 
 
 def _damaged_message(url: str, snapshot: str, problem: str, kept: list[str]) -> str:
@@ -621,8 +630,9 @@ class OutputState:
     """The kept snapshots that failed verification (no longer kept), newest first."""
     verified_parts: CheckedParts = dataclass_field(default_factory=dict)
     """The parts of ``manifest`` on the local disk whose bytes were hashed here, by the identity of their file
-    then (-> the part's file name): a part carried over as a hard link to one of them, unchanged since, is not
-    hashed again (see :func:`verify_local_part`)."""
+    then (-> the part's file name and the file's change time, see :data:`CheckedParts`): a part carried over
+    as a hard link to one of them, or read by a merge, unchanged since, is not hashed again (see
+    :func:`verify_local_part`, :func:`read_verified_part`)."""
 
 
 HASH_AHEAD_READ_BYTES = 8 << 20
@@ -693,22 +703,13 @@ class PartsHashedAhead:
         match = PART_NAME.fullmatch(file_name)
         if match is None:
             return
-        digest = hashlib.sha256()
-        view = memoryview(buffer)
         with open(path, "rb", buffering=0) as handle:
-            before = os.fstat(handle.fileno())
-            while size := handle.readinto(buffer):
-                if self._stop.is_set():
-                    return
-                digest.update(view[:size])
-            after = os.fstat(handle.fileno())
-        identity = local_file_identity(before)
-        if (
-            digest.hexdigest()[:16] == match.group(2)
-            and identity == local_file_identity(after)
-            and before.st_ctime_ns == after.st_ctime_ns
-        ):
-            self._hashed[identity] = (file_name, before.st_ctime_ns)
+            before = _file_state(os.fstat(handle.fileno()))
+            digest = _sha256_of_file(handle, buffer, self._stop)
+            after = _file_state(os.fstat(handle.fileno()))
+        if digest is not None and digest.hexdigest()[:16] == match.group(2) and before == after:
+            identity, change_time = before
+            self._hashed[identity] = (file_name, change_time)
 
 
 def verify_output(
