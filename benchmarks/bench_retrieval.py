@@ -177,8 +177,12 @@ for each set (all its questions) x size x budget x retriever x metric (recall, I
 the best other system (another chunker or the plain windows: no chunkline row) and its figure, the gap
 (default - best other system) with its interval, whether the default is first, within 0.5 points, or behind,
 and, beside it, the best chunkline row other than the default (another strategy or a variant) and its
-figure: what chunkline could give at that cell, shown but not judged. Each set also prints, per size, the
-share of the default's chunks under 32 tokens.
+figure: what chunkline could give at that cell, shown but not judged. Under it, a count: the cells where
+the default is first, within 0.5 points, behind, and, listed, the cells where it is behind by more than 0.5
+points across its whole interval (a gap no draw of the questions explains). Each set also prints, per size,
+the share of the default's chunks under 32 tokens, and what a chunker has to cover there: its reference
+spans' median size in tokens (and the middle half), the share longer than each ``max_tokens``, and the share
+with a heading inside (a heading after the span's first character, from a CommonMark parse).
 
 Output: per question set (and per corpus of ``chroma``), size and budget, a table of every system (chunk
 count, mean tokens per chunk, and recall / IoU / precision / hit for each retriever, ``*`` on the best of
@@ -197,6 +201,7 @@ import fnmatch
 import hashlib
 import importlib.metadata
 import json
+import math
 import platform
 import re
 import statistics
@@ -1172,6 +1177,11 @@ class VerdictRow:
     best_alternative_figure: float | None
 
     @property
+    def clearly_behind(self) -> bool:
+        """Behind by more than the 0.5 points allowed across the whole interval: not a draw of the questions."""
+        return 100 * -self.gap_interval.high > WITHIN_POINTS
+
+    @property
     def verdict(self) -> str:
         if self.gap >= 0:
             return "first"
@@ -1195,7 +1205,28 @@ class VerdictRow:
             "best_alternative": self.best_alternative,
             "best_alternative_figure": self.best_alternative_figure,
             "verdict": self.verdict,
+            "clearly_behind": self.clearly_behind,
         }
+
+
+def verdict_summary(rows: Sequence[VerdictRow]) -> list[str]:
+    """How many cells the default is first in, within 0.5 points, or behind, and the cells where it is behind
+    across its whole interval (the interval's upper end more than 0.5 points below the best other system)."""
+    first = sum(row.verdict == "first" for row in rows)
+    behind = [row for row in rows if not row.verdict.startswith(("first", "within"))]
+    clear = [row for row in behind if row.clearly_behind]
+    lines = [
+        f"{DEFAULT_SYSTEM} is first in {first} of {len(rows)} cells, within {WITHIN_POINTS:g} point in "
+        f"{len(rows) - first - len(behind)}, behind in {len(behind)}; behind by more than {WITHIN_POINTS:g} point "
+        f"across its whole {CONFIDENCE:.0%} interval in {len(clear)}" + (":" if clear else "")
+    ]
+    lines += [
+        f"  {row.set_name}, max_tokens {row.max_tokens}, budget {row.budget}, {row.retriever} "
+        f"{METRIC_LABELS[row.metric]}: {percent(row.default)} against {row.best_other} {percent(row.best_other_figure)}, "
+        f"gap [{100 * row.gap_interval.low:+.1f}, {100 * row.gap_interval.high:+.1f}]"
+        for row in clear
+    ]
+    return lines
 
 
 def verdict_rows(tables: Sequence[Table], held_out: dict[str, bool], retrievers: Sequence[str]) -> list[VerdictRow]:
@@ -1365,6 +1396,39 @@ def small_chunk_lines(question_set: QuestionSet, results: dict[int, list[SystemR
     return [f"{DEFAULT_SYSTEM}'s chunks under {SMALL_CHUNK_TOKENS} tokens: " + "; ".join(parts)]
 
 
+def reference_line(question_set: QuestionSet, count_tokens: Callable[[str], int], sizes: Sequence[int]) -> str:
+    """What a chunker must cover: the reference spans' sizes in tokens (median and middle half), the share
+    longer than each ``max_tokens``, and the share with a heading inside (a heading after the span's first
+    character), from a CommonMark parse of the searched text."""
+    texts = {document.doc_id: document.text for document in question_set.documents}
+    spans = [
+        (reference.doc_id, reference.start_char, reference.end_char)
+        for question in question_set.questions
+        for reference in question.references
+    ]
+    if not spans:
+        return "references: none"
+    heading_starts = {
+        doc_id: [heading.start_char for heading in chunkline.parse_markdown(texts[doc_id]).headings]
+        for doc_id in sorted({doc_id for doc_id, _, _ in spans})
+    }
+    tokens = [count_tokens(texts[doc_id][start:end]) for doc_id, start, end in spans]
+    with_heading = sum(
+        any(start < position < end for position in heading_starts[doc_id]) for doc_id, start, end in spans
+    )
+    low, median, high = statistics.quantiles(tokens, n=4, method="inclusive") if len(tokens) > 1 else tokens * 3
+    longer = ", ".join(f"{sum(count > size for count in tokens) / len(tokens):.0%} over {size}" for size in sizes)
+    return (
+        f"references: {len(spans)} spans of {whole(median)} tokens (median; middle half "
+        f"{whole(low)}-{whole(high)}), {longer}; {with_heading / len(spans):.0%} with a heading inside"
+    )
+
+
+def whole(value: float) -> int:
+    """``value`` rounded to the nearest whole number, halves up."""
+    return math.floor(value + 0.5)
+
+
 def placement_lines(results: dict[int, list[SystemResult]]) -> list[str]:
     lines = []
     for max_tokens, size_results in results.items():
@@ -1529,6 +1593,7 @@ def text_report(run: Run, markdown: bool) -> str:
     )
     header, rows = verdict_table(run.verdict)
     lines += ["", f"## {title}" if markdown else f"=== {title} ===", "", render(header, rows)]
+    lines += ["", *verdict_summary(run.verdict)]
     lines += ["", "settings per system:"]
     for max_tokens, size_systems in systems.items():
         lines += [f"  {system.name} (max_tokens {max_tokens}): {system.settings}" for system in size_systems]
@@ -1829,6 +1894,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     started = time.perf_counter()
     question_sets = load_sets(args, count_tokens)
+    for question_set in question_sets:
+        question_set.notes.append(reference_line(question_set, count_tokens, args.max_tokens))
     phases.add("load sets and build questions", time.perf_counter() - started)
     for question_set in question_sets:
         progress(

@@ -599,3 +599,59 @@ def test_small_to_big_rows_score_as_chunkline_evaluate_expand_does(tmp_path, tex
     # 64-token chunks reach part of the design opening; its section of at most 512 tokens holds all of it.
     recalls = [row.per_question["bm25"][600][0, 0] for row in rows]
     assert 0 < recalls[0] < 1 and recalls[2] == 1
+
+
+def verdict_row(set_name: str, gap: float, low: float, high: float) -> bench.VerdictRow:
+    interval = bench.Interval(gap, low, high)
+    return bench.VerdictRow(
+        set_name, False, 256, 1024, "bm25", "recall", 0.5, "chonkie recursive", 0.5 - gap, gap, interval, None, None
+    )
+
+
+def test_the_verdict_summary_names_only_the_cells_behind_across_their_whole_interval():
+    rows = [
+        verdict_row("ahead", 0.010, -0.020, 0.040),
+        verdict_row("close", -0.004, -0.030, 0.020),
+        verdict_row("noise", -0.054, -0.101, 0.008),  # behind, but the interval reaches past zero
+        verdict_row("edge", -0.030, -0.060, -0.004),  # behind, the interval's upper end within 0.5 point
+        verdict_row("keps", -0.066, -0.112, -0.023),  # behind across the whole interval
+    ]
+    assert [row.clearly_behind for row in rows] == [False, False, False, False, True]
+    lines = bench.verdict_summary(rows)
+    assert lines[0] == (
+        "chunkline is first in 1 of 5 cells, within 0.5 point in 1, behind in 3; "
+        "behind by more than 0.5 point across its whole 95% interval in 1:"
+    )
+    assert lines[1:] == [
+        "  keps, max_tokens 256, budget 1024, bm25 recall: 50.0 against chonkie recursive 56.6, gap [-11.2, -2.3]"
+    ]
+    assert bench.verdict_summary(rows[:2])[-1].endswith("across its whole 95% interval in 0")
+    assert rows[-1].to_json()["clearly_behind"] is True
+
+
+def test_the_reference_line_gives_the_spans_sizes_and_how_many_cross_a_heading():
+    from chunkline.evaluation.questions import Question, ReferenceSpan
+
+    text = TIDE_TABLE
+    crossing = (text.index("Heights below"), text.index("new moon") + len("new moon"))  # over "## Spring tides"
+    inside = (text.index("Each row"), text.index("in metres.") + len("in metres."))
+    sentence = (text.index("Heights below"), text.index("minus sign.") + len("minus sign."))
+    questions = [
+        Question("How are heights printed, and when do spring tides come?", (ReferenceSpan("tides.md", *crossing),)),
+        Question("What does a row give?", (ReferenceSpan("tides.md", *inside),)),
+        Question("How are heights below datum printed?", (ReferenceSpan("tides.md", *sentence),)),
+    ]
+    question_set = bench.QuestionSet("tides", [bench.Document("tides.md", text)], questions, {"all": [0, 1, 2]})
+
+    def words(passage: str) -> int:
+        return len(passage.split())
+
+    sizes = sorted(words(text[start:end]) for start, end in (crossing, inside, sentence))
+    assert sizes == [9, 18, 23]  # quartiles (inclusive) 13.5, 18, 20.5
+    line = bench.reference_line(question_set, words, [20, 512])
+    assert line == (
+        "references: 3 spans of 18 tokens (median; middle half 14-21), 33% over 20, 0% over 512; "
+        "33% with a heading inside"
+    )
+    empty = bench.QuestionSet("none", [bench.Document("tides.md", text)], [], {"all": []})
+    assert bench.reference_line(empty, words, [256]) == "references: none"
