@@ -1177,9 +1177,14 @@ class VerdictRow:
     best_alternative_figure: float | None
 
     @property
+    def behind(self) -> bool:
+        """Behind the best other system by more than the 0.5 points allowed."""
+        return 100 * -self.gap > WITHIN_POINTS
+
+    @property
     def clearly_behind(self) -> bool:
-        """Behind by more than the 0.5 points allowed across the whole interval: not a draw of the questions."""
-        return 100 * -self.gap_interval.high > WITHIN_POINTS
+        """Behind, and by more than 0.5 points across the whole interval: not a draw of the questions."""
+        return self.behind and 100 * -self.gap_interval.high > WITHIN_POINTS
 
     @property
     def verdict(self) -> str:
@@ -1209,19 +1214,23 @@ class VerdictRow:
         }
 
 
-def verdict_summary(rows: Sequence[VerdictRow]) -> list[str]:
-    """How many cells the default is first in, within 0.5 points, or behind, and the cells where it is behind
-    across its whole interval (the interval's upper end more than 0.5 points below the best other system)."""
-    first = sum(row.verdict == "first" for row in rows)
-    behind = [row for row in rows if not row.verdict.startswith(("first", "within"))]
-    clear = [row for row in behind if row.clearly_behind]
+def verdict_summary(rows: Sequence[VerdictRow], markdown: bool) -> list[str]:
+    """How many cells the default is first in, within 0.5 points, or behind, and, one line each (a markdown
+    list, or indented), the cells where it is behind across its whole interval (the interval's upper end
+    more than 0.5 points below the best other system)."""
+    first = sum(row.gap >= 0 for row in rows)
+    behind = sum(row.behind for row in rows)
+    clear = [row for row in rows if row.clearly_behind]
     lines = [
         f"{DEFAULT_SYSTEM} is first in {first} of {len(rows)} cells, within {WITHIN_POINTS:g} point in "
-        f"{len(rows) - first - len(behind)}, behind in {len(behind)}; behind by more than {WITHIN_POINTS:g} point "
+        f"{len(rows) - first - behind}, behind in {behind}; behind by more than {WITHIN_POINTS:g} point "
         f"across its whole {CONFIDENCE:.0%} interval in {len(clear)}" + (":" if clear else "")
     ]
+    if clear and markdown:
+        lines.append("")
     lines += [
-        f"  {row.set_name}, max_tokens {row.max_tokens}, budget {row.budget}, {row.retriever} "
+        ("- " if markdown else "  ")
+        + f"{row.set_name}, max_tokens {row.max_tokens}, budget {row.budget}, {row.retriever} "
         f"{METRIC_LABELS[row.metric]}: {percent(row.default)} against {row.best_other} {percent(row.best_other_figure)}, "
         f"gap [{100 * row.gap_interval.low:+.1f}, {100 * row.gap_interval.high:+.1f}]"
         for row in clear
@@ -1593,7 +1602,7 @@ def text_report(run: Run, markdown: bool) -> str:
     )
     header, rows = verdict_table(run.verdict)
     lines += ["", f"## {title}" if markdown else f"=== {title} ===", "", render(header, rows)]
-    lines += ["", *verdict_summary(run.verdict)]
+    lines += ["", *verdict_summary(run.verdict, markdown)]
     lines += ["", "settings per system:"]
     for max_tokens, size_systems in systems.items():
         lines += [f"  {system.name} (max_tokens {max_tokens}): {system.settings}" for system in size_systems]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -533,6 +534,9 @@ def test_a_registered_set_is_built_from_its_source_and_reported(tmp_path, capsys
     assert (tides["documents"], tides["questions"], tides["held_out"]) == (1, 2, False)
     assert tides["rule"] == {"files": 1, "questions": 2}
     assert tides["notes"][0].startswith("one document, ")
+    # What the answers ask of a chunker: two one-sentence spans, no heading inside either.
+    assert tides["notes"][-1].startswith("references: 2 spans of ")
+    assert tides["notes"][-1].endswith(", 0% over 64; 0% with a heading inside")
     assert report["sets"]["tides-held"]["held_out"] is True
     assert report["settings"]["sources"] == {"tides": str(source), "tides-held": str(source)}
     assert set(tides["sizes"]["64"]["results"]) == {"chunkline", "window"}
@@ -547,6 +551,12 @@ def test_a_registered_set_is_built_from_its_source_and_reported(tmp_path, capsys
     assert printed.index("=== tides ===") < held < printed.index("=== verdict")
     assert "tides rule: files: 1, questions: 2" in printed
     assert "tides-held (held out)" in printed[printed.index("=== verdict") :]
+    count = re.search(
+        r"chunkline is first in (\d) of 4 cells, within 0.5 point in (\d), behind in (\d); "
+        r"behind by more than 0.5 point across its whole 95% interval in (\d)",
+        printed[printed.index("=== verdict") :],
+    )
+    assert count and sum(int(number) for number in count.groups()[:3]) == 4
 
 
 def test_a_registered_set_needs_its_source(tmp_path, monkeypatch, capsys):
@@ -617,15 +627,19 @@ def test_the_verdict_summary_names_only_the_cells_behind_across_their_whole_inte
         verdict_row("keps", -0.066, -0.112, -0.023),  # behind across the whole interval
     ]
     assert [row.clearly_behind for row in rows] == [False, False, False, False, True]
-    lines = bench.verdict_summary(rows)
+    lines = bench.verdict_summary(rows, markdown=False)
     assert lines[0] == (
         "chunkline is first in 1 of 5 cells, within 0.5 point in 1, behind in 3; "
         "behind by more than 0.5 point across its whole 95% interval in 1:"
     )
-    assert lines[1:] == [
-        "  keps, max_tokens 256, budget 1024, bm25 recall: 50.0 against chonkie recursive 56.6, gap [-11.2, -2.3]"
-    ]
-    assert bench.verdict_summary(rows[:2])[-1].endswith("across its whole 95% interval in 0")
+    cell = "keps, max_tokens 256, budget 1024, bm25 recall: 50.0 against chonkie recursive 56.6, gap [-11.2, -2.3]"
+    assert lines[1:] == ["  " + cell]
+    # As markdown, the cells are a list, apart from the line above it.
+    assert bench.verdict_summary(rows, markdown=True)[1:] == ["", "- " + cell]
+    assert bench.verdict_summary(rows[:2], markdown=True)[-1].endswith("across its whole 95% interval in 0")
+    # An interval that ends below the gap itself does not make a cell within 0.5 point clearly behind.
+    skewed = verdict_row("skewed", -0.004, -0.030, -0.006)
+    assert not skewed.behind and not skewed.clearly_behind
     assert rows[-1].to_json()["clearly_behind"] is True
 
 
@@ -636,12 +650,28 @@ def test_the_reference_line_gives_the_spans_sizes_and_how_many_cross_a_heading()
     crossing = (text.index("Heights below"), text.index("new moon") + len("new moon"))  # over "## Spring tides"
     inside = (text.index("Each row"), text.index("in metres.") + len("in metres."))
     sentence = (text.index("Heights below"), text.index("minus sign.") + len("minus sign."))
+    # A span that starts at a heading has none inside; neither has one whose end is where a heading starts.
+    from_heading = (text.index("## Reading"), text.index("in metres.") + len("in metres."))
+    to_heading = (text.index("Heights below"), text.index("## Spring tides"))
     questions = [
         Question("How are heights printed, and when do spring tides come?", (ReferenceSpan("tides.md", *crossing),)),
         Question("What does a row give?", (ReferenceSpan("tides.md", *inside),)),
         Question("How are heights below datum printed?", (ReferenceSpan("tides.md", *sentence),)),
     ]
     question_set = bench.QuestionSet("tides", [bench.Document("tides.md", text)], questions, {"all": [0, 1, 2]})
+    edges = [
+        Question("What is in a table?", (ReferenceSpan("tides.md", *from_heading),)),
+        Question("What is below datum?", (ReferenceSpan("tides.md", *to_heading),)),
+    ]
+    edge_set = bench.QuestionSet("edges", [bench.Document("tides.md", text)], edges, {"all": [0, 1]})
+    assert bench.reference_line(edge_set, lambda passage: 1, [256]).endswith("; 0% with a heading inside")
+    # A "# " line in a fenced code block is not a heading (a CommonMark parse, not a pattern).
+    fenced = "# Tides\n\nRead the table:\n\n```sh\n# print the heights\ntides --port brest\n```\n\nThen plot it.\n"
+    span = (fenced.index("Read"), fenced.index("plot it.") + len("plot it."))
+    fenced_set = bench.QuestionSet(
+        "fenced", [bench.Document("f.md", fenced)], [Question("How?", (ReferenceSpan("f.md", *span),))], {"all": [0]}
+    )
+    assert bench.reference_line(fenced_set, lambda passage: 1, [256]).endswith("; 0% with a heading inside")
 
     def words(passage: str) -> int:
         return len(passage.split())
