@@ -7,6 +7,8 @@ from __future__ import annotations
 import importlib.util
 import re
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -54,6 +56,57 @@ def test_the_summary_line_shown_is_the_one_the_main_command_prints(quick_start_f
         for line in lines:
             # Everything but the time it took.
             assert line.split(" in ")[0] == run_summary.split(" in ")[0], name
+    # The changes line under it, where a page shows one right after the summary line.
+    changes = printed.splitlines()[printed.splitlines().index(run_summary) + 1]
+    assert changes.startswith("  changes: ")
+    for name in ("README.md", "docs/getting-started.md"):
+        lines = PAGES[name].splitlines()
+        [shown] = [lines[number + 1] for number, line in enumerate(lines) if SUMMARY_LINE.fullmatch(line)]
+        assert shown == changes, name
+
+
+DIAGRAM_ROW = re.compile(r"^(guide/getting-started\.md#\d+) +\[(.*?)\] +(\d+)-(\d+) +(\d+)$", re.MULTILINE)
+
+
+@pytest.mark.slow  # the quick start's main command runs first
+def test_the_opening_diagram_shows_the_rows_the_main_command_writes(quick_start_folder):
+    import chunkline
+
+    chunks = chunkline.read_dataset(quick_start_folder / "out" / "sample").to_pylist()
+    written = {
+        row["chunk_id"]: (", ".join(row["heading_path"]), row["start_line"], row["end_line"], row["token_count"])
+        for row in chunks
+    }
+    source = (ROOT / "sample_corpus" / "guide" / "getting-started.md").read_text(encoding="utf-8").splitlines()
+    for name in ("README.md", "docs/index.md"):
+        text = PAGES[name]
+        rows = DIAGRAM_ROW.findall(text)
+        assert len(rows) >= 2, name
+        for chunk_id, path, start, end, tokens in rows:
+            assert written[chunk_id] == (path, int(start), int(end), int(tokens)), f"{name}: {chunk_id}"
+        # The numbered source lines above the rows are the file's lines.
+        diagram = text[text.index("(markdown in)") : text.index("chunkline run sample_corpus --output")]
+        for number, line in re.findall(r"^ *(\d+)  (.*?)(?:   \(.*\))?$", diagram, re.MULTILINE):
+            assert source[int(number) - 1] == line, f"{name}: line {number}"
+
+
+def test_the_chunk_preview_shown_is_what_chunkline_chunk_prints():
+    command = "chunkline chunk sample_corpus/guide/getting-started.md"
+    finished = subprocess.run(
+        [sys.executable, "-m", "chunkline", *command.split()[1:]], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert finished.returncode == 0, finished.stderr
+    printed = [line.rstrip() for line in finished.stdout.splitlines()]
+    for name in ("README.md", "docs/getting-started.md"):
+        text = PAGES[name]
+        block = text[text.index(f"$ {command}\n") :].split("```")[0].splitlines()[1:]
+        shown = [line.rstrip() for line in block if line.strip() and line.strip() != "..."]
+        assert len(shown) >= 3, name
+        # Every line shown is printed, in the same order (a "..." stands for lines left out).
+        position = 0
+        for line in shown:
+            assert line in printed[position:], f"{name}: {line!r} is not printed"
+            position = printed.index(line, position) + 1
 
 
 def test_the_test_command_shown_is_the_one_ci_runs():
