@@ -504,7 +504,7 @@ def test_a_delta_that_fails_verification_is_not_applied_and_the_store_is_reloade
 # --------------------------------------------------------------------------------------------------
 
 SAMPLE_CORPUS = Path(__file__).resolve().parents[1] / "sample_corpus"
-#: A real document of the sample corpus with front matter: about 30 chunks at the default settings.
+#: A real document of the sample corpus with front matter: 12 chunks at the default settings.
 LONG_DOCUMENT = "reference/cli.md"
 FRONT_MATTER_LINE = b"reviewed: 2026-11-30\n"
 
