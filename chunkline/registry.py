@@ -190,6 +190,10 @@ def register_strategy(
 
     def decorate(function: Callable) -> Callable:
         takes_context = len(inspect.signature(function).parameters) == 1
+        # The built-in strategies register when first needed: loaded now, a name they hold is refused here,
+        # at the decorator, and not later, when every strategy would fail. (While they are being loaded,
+        # this import is the module already in progress and does nothing.)
+        _load_builtins()
         _add(
             Strategy(
                 name,
