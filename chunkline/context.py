@@ -91,7 +91,7 @@ class ChunkContext:
 
     def check_overlap_tokens(self, spans: Sequence[ChunkSpan] | None = None) -> None:
         """Log a warning when ``overlap_tokens`` re-emits most of every chunk, once per process for a
-        strategy, ``max_tokens`` and ``overlap_tokens`` (not once per document). Changes no chunk.
+        strategy, ``max_tokens``, ``overlap_tokens`` and ``embed_context`` (not once per document). Changes no chunk.
 
         Without ``spans``: for fixed windows of the budget (``max_tokens`` less the reserve for the context
         line) that advance by the budget less ``overlap_tokens``, when that stride is under half the
@@ -100,7 +100,7 @@ class ChunkContext:
         budget, overlap = self.max_tokens, self.overlap_tokens
         if overlap * 2 <= budget:
             return  # no chunk of the budget repeats more than half of itself
-        key = (self.config.strategy, self.config.max_tokens, overlap)
+        key = (self.config.strategy, self.config.max_tokens, overlap, getattr(self.config, "embed_context", None))
         if key in _warned:
             return
         if spans is None:
@@ -141,4 +141,4 @@ class ChunkContext:
         return first_piece_of_range(self.document, start, end, self.counter, self.max_tokens, self.offsets).end_char
 
 
-_warned: set[tuple[str, int, int]] = set()
+_warned: set[tuple[str, int, int, str | None]] = set()
