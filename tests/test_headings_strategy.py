@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 
 import pytest
@@ -15,6 +16,7 @@ from conftest import (
 )
 
 import chunkline
+import chunkline.context
 from chunkline import ChunkConfig, chunk_markdown, parse_markdown
 from chunkline.engine import span_budget
 
@@ -365,6 +367,64 @@ def test_window_mode_keeps_every_invariant(read_fixture, max_tokens, overlap_tok
 
     assert_invariants(text, chunks, config)
     assert sum(chunk.is_sub_split for chunk in chunks) >= 3
+
+
+# --------------------------------------------------------------------------------------------------
+# An overlap that re-emits most of every piece of a split section
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def overlap_warnings(caplog, monkeypatch):
+    """The overlap warnings logged by the test (the warning is logged once per process: none has been yet)."""
+    monkeypatch.setattr(chunkline.context, "_warned", set())
+    caplog.set_level(logging.WARNING, logger="chunkline")
+
+    def messages() -> list[str]:
+        return [record.getMessage() for record in caplog.records if "overlap_tokens" in record.getMessage()]
+
+    return messages
+
+
+def test_pieces_cut_at_boundaries_that_repeat_most_of_their_text_warn_once(overlap_warnings):
+    text = api_reference_section()
+    config = headings_config(max_tokens=200, overlap_tokens=150)
+    assert span_budget(parse_markdown(text), config) == 197
+
+    chunks = chunk_markdown(text, config)
+    chunk_markdown(text + "\n## Errors\n\n" + api_reference_section(60), config)
+
+    # The pieces overlap by up to 150 tokens at a sentence start: 30 pieces of ~190 tokens for ~1,350.
+    assert (len(chunks), sum(chunk.token_count for chunk in chunks)) == (30, 5682)
+    assert overlap_warnings() == [
+        "overlap_tokens 150 re-emits 76% of the text in every chunk of up to 197 tokens (max_tokens 200 less 3 "
+        "for the context line); lower overlap_tokens to 98 or less (100 or less with embed_context: none)"
+    ]
+
+
+def test_sliding_windows_that_advance_by_under_half_the_budget_warn_with_the_stride(overlap_warnings):
+    text = api_reference_section()
+    config = headings_config(max_tokens=200, overlap_tokens=150, sub_split="window", embed_context="none")
+
+    chunks = chunk_markdown(text, config)
+
+    assert len(chunks) == 25 and all(chunk.is_sub_split for chunk in chunks)
+    assert overlap_warnings() == [
+        "overlap_tokens 150 leaves windows of 200 tokens (max_tokens 200) advancing 50 tokens: each token of text "
+        "lands in about 4 chunks; lower overlap_tokens to 100 or less"
+    ]
+
+
+@pytest.mark.parametrize("sub_split", ["boundaries", "window"])
+@pytest.mark.parametrize("max_tokens, overlap_tokens", [(512, 50), (128, 20), (200, 90)])
+def test_an_overlap_under_half_the_budget_does_not_warn(overlap_warnings, sub_split, max_tokens, overlap_tokens):
+    text = api_reference_section()
+    config = headings_config(max_tokens=max_tokens, overlap_tokens=overlap_tokens, sub_split=sub_split)
+
+    chunks = chunk_markdown(text, config)
+
+    assert sum(chunk.is_sub_split for chunk in chunks) >= 3
+    assert overlap_warnings() == []
 
 
 # --------------------------------------------------------------------------------------------------

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 from conftest import FIXTURES, assert_invariants, assert_protected_blocks_whole, cut_positions, is_word_boundary
 from hypothesis import given, settings
@@ -9,6 +11,7 @@ from hypothesis import strategies as st
 from markdown_grammar import MARKDOWN_LINES
 
 import chunkline
+import chunkline.context
 from chunkline import ChunkConfig, ConfigError, chunk_markdown, get_token_counter, parse_markdown, reconstruct
 from chunkline.strategies.scored import (
     BLANK_LINE_SCORE,
@@ -289,6 +292,34 @@ def test_token_mode_matches_qmd_defaults_through_from_dict():
     chunks = chunk_markdown(GUIDE * 20, config)
     assert all(chunk.token_count <= 900 for chunk in chunks)
     assert reconstruct(chunks) == GUIDE * 20
+
+
+PROSE = "# Harbour logger\n\n## Settings\n" + " ".join(
+    f"Setting {n} explains one more option of the harbour logger." for n in range(300)
+)
+
+
+@pytest.mark.parametrize(
+    ("max_tokens", "overlap_tokens", "warned"), [(200, 150, True), (200, 90, False), (900, 135, False)]
+)
+def test_token_mode_warns_once_when_the_overlap_repeats_most_of_every_chunk(
+    caplog, monkeypatch, max_tokens, overlap_tokens, warned
+):
+    monkeypatch.setattr(chunkline.context, "_warned", set())  # logged once per process: not yet
+    config = scored_config(mode="tokens", max_tokens=max_tokens, overlap_tokens=overlap_tokens)
+
+    with caplog.at_level(logging.WARNING, logger="chunkline"):
+        chunks = chunk_markdown(PROSE, config)
+        chunk_markdown(PROSE + "\nOne more line.\n", config)
+
+    repeated = sum(max(0, before.end_char - after.start_char) for before, after in zip(chunks, chunks[1:]))
+    emitted = sum(chunk.end_char - chunk.start_char for chunk in chunks)
+    assert (repeated * 2 > emitted) == warned
+    messages = [record.getMessage() for record in caplog.records if "overlap_tokens" in record.getMessage()]
+    assert len(messages) == warned
+    if warned:
+        assert messages[0].startswith(f"overlap_tokens {overlap_tokens} re-emits {100 * repeated / emitted:.0f}%")
+        assert f"(max_tokens {max_tokens} less " in messages[0]
 
 
 def test_long_lines_without_break_points_are_cut_between_words(check_invariants):

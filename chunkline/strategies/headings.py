@@ -84,6 +84,8 @@ def chunk_by_headings(context: ChunkContext) -> list[ChunkSpan]:
         if token_count <= max_tokens:
             spans.append(ChunkSpan(start, end, path, False, token_count))
         elif params.sub_split == "window":
+            if overlap_tokens:
+                context.check_overlap_tokens()
             pieces = split_token_windows(text, start, end, context.counter, max_tokens, overlap_tokens, offsets)
             spans.extend(ChunkSpan(p.start_char, p.end_char, path, True, p.token_count) for p in pieces)
         else:

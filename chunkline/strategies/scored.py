@@ -467,6 +467,8 @@ class _ScoredChunker:
             spans.extend(self._spans(start, cut, count, covered))
             covered = cut
             if cut >= self.length:
+                if self.by_tokens and self.overlap_tokens:
+                    self.context.check_overlap_tokens(spans)
                 return spans
             start = self._overlap_start(cut)
             if start <= spans[-1].start_char:

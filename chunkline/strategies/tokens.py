@@ -41,4 +41,6 @@ def chunk_by_tokens(context: ChunkContext) -> list[ChunkSpan]:
     pieces = split_token_windows(
         text, 0, len(text), context.counter, context.max_tokens, context.overlap_tokens, context.offsets
     )
+    if context.overlap_tokens and len(pieces) > 1:
+        context.check_overlap_tokens()
     return [ChunkSpan(piece.start_char, piece.end_char, None, False, piece.token_count) for piece in pieces]

@@ -7,6 +7,8 @@ import json
 import logging
 import os
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -295,3 +297,34 @@ def test_strategies_lists_headings_and_its_parameters(capsys):
     assert "max_tokens=512" in out
     for name in chunkline.available_strategies():
         assert re.search(rf"^{re.escape(name)}( \(default\))?$", out, re.MULTILINE), name
+
+
+def test_chunk_and_run_show_the_overlap_warning_once_on_stderr(tmp_path):
+    # Headings long enough that the context line takes 13 of max_tokens 64: windows of 51 tokens with an
+    # overlap of 50 advance 1 token. Two documents, one warning per command.
+    guide = (
+        "# Getting started with the Tidewater harbour logger\n\n"
+        "## Installing the logger on a tide gauge station\n\n"
+        + " ".join(f"Step {n} checks one more setting of the harbour logger." for n in range(10))
+        + "\n"
+    )
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "getting-started.md").write_text(guide, encoding="utf-8")
+    (docs / "again.md").write_text(guide + "\nOne more line.\n", encoding="utf-8")
+    settings = ["--set", "chunking.strategy=tokens", "--set", "max_tokens=64"]
+    warning = (
+        "overlap_tokens 50 leaves windows of 51 tokens (max_tokens 64 less 13 for the context line) advancing "
+        "1 token: each token of text lands in about 51 chunks; lower overlap_tokens to 25 or less (32 or less "
+        "with embed_context: none)"
+    )
+    commands = (
+        ["chunk", str(docs / "getting-started.md"), str(docs / "again.md"), *settings],
+        ["run", str(docs), "--output", str(tmp_path / "out"), *settings],
+    )
+    for command in commands:
+        completed = subprocess.run(
+            [sys.executable, "-m", "chunkline", *command], capture_output=True, text=True, timeout=240, check=False
+        )
+        assert completed.returncode == 0, completed.stderr
+        assert completed.stderr.splitlines().count(warning) == 1, completed.stderr
