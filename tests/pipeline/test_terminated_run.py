@@ -6,7 +6,8 @@ stays as it was, byte for byte.
 As in ``test_killed_run.py``, ``chunkline run`` is a separate process stopped at a chosen point rather than
 after a guessed delay: a wrapper patches the step that chunks documents to write a marker file and wait
 after the first document, in the driver (``--workers 0``) or in a forked worker process (``--workers 2``),
-and the test sends SIGTERM to the driver once the marker and the output's lock exist.
+and the test sends SIGTERM once the marker and the output's lock exist: to the driver, or to every process
+of the run (the worker processes and their fork server ignore it; the driver, unwinding, stops them).
 
 Only the ``chunkline`` program's :func:`~chunkline.pipelines.cli.main` handles SIGTERM, and only while it
 runs: a program that calls it gets its own handling back, or keeps it.
@@ -86,8 +87,16 @@ def _alive(processes: set[tuple[int, str]]) -> set[tuple[int, str]]:
     return {(pid, start_time) for pid, start_time in processes if _start_time(pid) == start_time}
 
 
-@pytest.mark.parametrize("workers", [pytest.param("0", id="in-process"), pytest.param("2", marks=pytest.mark.slow)])
-def test_a_run_stopped_with_sigterm_releases_the_lock_and_leaves_the_published_dataset(tmp_path, workers):
+@pytest.mark.parametrize(
+    ("workers", "to_group"),
+    [
+        pytest.param("0", False, id="in-process"),
+        pytest.param("2", False, id="workers", marks=pytest.mark.slow),
+        # As `timeout`, systemd and Airflow send it: to every process of the run at once.
+        pytest.param("2", True, id="workers-process-group", marks=pytest.mark.slow),
+    ],
+)
+def test_a_run_stopped_with_sigterm_releases_the_lock_and_leaves_the_published_dataset(tmp_path, workers, to_group):
     corpus = write_corpus(tmp_path / "corpus")
     output = tmp_path / "out"
     first = subprocess.run(
@@ -107,6 +116,7 @@ def test_a_run_stopped_with_sigterm_releases_the_lock_and_leaves_the_published_d
             stdout=handle,
             stderr=subprocess.STDOUT,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            start_new_session=to_group,
         )
     try:
         deadline = time.monotonic() + 180
@@ -117,7 +127,10 @@ def test_a_run_stopped_with_sigterm_releases_the_lock_and_leaves_the_published_d
         children = _descendants(process.pid)
         if workers != "0":
             assert len(children) >= 3, children  # the fork server and its two workers at least
-        process.send_signal(signal.SIGTERM)
+        if to_group:
+            os.killpg(process.pid, signal.SIGTERM)
+        else:
+            process.send_signal(signal.SIGTERM)
         status = process.wait(timeout=120)
     finally:
         if process.poll() is None:
