@@ -316,8 +316,9 @@ def _sigterm_interrupts() -> Iterator[None]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the process exit code. SIGTERM while it runs raises
-    :class:`Terminated` (see :func:`_sigterm_interrupts`)."""
+    """Run the command line; returns the process exit code. Called in the main thread of a process that
+    leaves SIGTERM at its default action (the ``chunkline`` program), a SIGTERM while it runs raises
+    :class:`Terminated`, and SIGTERM's handling is restored when it returns."""
     with _sigterm_interrupts():
         return _main(argv)
 
