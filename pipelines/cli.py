@@ -24,7 +24,9 @@ in that order of precedence, lowest first.
 
 Every mistake ends with one line on stderr naming what is wrong and what to do, and exit status 2 for a
 usage or config error, 1 for a run that failed; ``CHUNKLINE_DEBUG=1`` adds the traceback of an unexpected
-error.
+error. A run stopped by Ctrl-C (SIGINT) exits with status 130, one stopped by SIGTERM (what ``timeout``,
+systemd, Kubernetes and Airflow send) with 143; either way it removes what it staged and releases the
+output's lock, and the published dataset stays as it was.
 """
 
 from __future__ import annotations
@@ -35,11 +37,13 @@ import json
 import logging
 import os
 import re
+import signal
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
@@ -53,7 +57,7 @@ if TYPE_CHECKING:
     from chunkline.dataset.settings import RunConfig
     from chunkline.record import Chunk
 
-__all__ = ["main", "console_main", "build_parser"]
+__all__ = ["Terminated", "build_parser", "console_main", "main"]
 
 MARKDOWN_SUFFIXES = (".md", ".markdown")
 
@@ -277,8 +281,49 @@ def _positive_count(text: str) -> int:
     return int(text)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived while :func:`main` ran. A KeyboardInterrupt, so that a run unwinds exactly as on
+    Ctrl-C: whatever stops a run on Ctrl-C (discarding what it staged, stopping its worker processes,
+    releasing the output's lock) stops it on SIGTERM too."""
+
+
+@contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """While the block runs, SIGTERM raises :class:`Terminated` in the main thread, once (a second SIGTERM
+    while the run unwinds would interrupt its cleanup, so it is ignored); the previous handler is restored
+    after. Only where SIGTERM would otherwise end the process on the spot, leaving the output locked: a
+    program that calls :func:`main` from another thread, or that handles SIGTERM itself, keeps its handling."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous is not signal.SIG_DFL:
+        yield
+        return
+    raised = False
+
+    def interrupt(signum: int, frame: object) -> None:
+        nonlocal raised
+        if not raised:
+            raised = True
+            raise Terminated
+
+    signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the process exit code."""
+    """Run the command line; returns the process exit code. Called in the main thread of a process that
+    leaves SIGTERM at its default action (the ``chunkline`` program), a SIGTERM while it runs raises
+    :class:`Terminated`, and SIGTERM's handling is restored when it returns."""
+    with _sigterm_interrupts():
+        return _main(argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     _configure_logging()  # before Beam is imported to check the run's Beam options
     try:
@@ -891,8 +936,9 @@ def console_main() -> None:
         status = main()
     except SystemExit as exit_request:  # argparse errors, --help, --version
         status = exit_request.code
-    except KeyboardInterrupt:
-        status = 130
+    except KeyboardInterrupt as interruption:  # 128 + the signal's number, as a shell reports it
+        signal_name, status = ("SIGTERM", 143) if isinstance(interruption, Terminated) else ("SIGINT", 130)
+        print(f"chunkline: stopped by {signal_name} (exit status {status})", file=sys.stderr)
     except BaseException:  # as the interpreter would report it
         traceback.print_exc()
         status = 1

@@ -38,7 +38,8 @@ from chunkline.pipelines.run_folder import RunFolder, process_start_time
 __all__ = ["WorkerDeath", "WorkerForkServer", "start_fork_server"]
 
 _RELAY = """
-import json, os, socket, sys, time
+import json, os, signal, socket, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the driver stops the run on its process group's SIGTERM
 client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 deadline = time.monotonic() + 120
 while True:
@@ -124,7 +125,10 @@ class WorkerForkServer:
 
     @property
     def worker_command(self) -> str:
-        return " ".join(shlex.quote(part) for part in (sys.executable, "-S", "-c", _RELAY, self.socket_path))
+        # The runner starts it through a shell: ``exec`` leaves no shell between the runner and the relay,
+        # which ignores a SIGTERM sent to the whole process group.
+        command = " ".join(shlex.quote(part) for part in (sys.executable, "-S", "-c", _RELAY, self.socket_path))
+        return f"exec {command}"
 
     def worker_deaths(self, timeout_seconds: float) -> list[WorkerDeath]:
         """The workers that ended with a signal or a non-zero status since the last call, waiting up to
@@ -186,7 +190,7 @@ class WorkerForkServer:
         """Stop the server (the workers it forked stop when the runner closes their control channel)."""
         if self._pid:
             try:
-                os.kill(self._pid, signal.SIGTERM)
+                os.kill(self._pid, _STOP_SIGNAL)
                 os.waitpid(self._pid, 0)
             except (ProcessLookupError, ChildProcessError):
                 pass
@@ -233,6 +237,12 @@ def start_fork_server(directory: str | None = None) -> WorkerForkServer | None:
         return None
 
 
+_STOP_SIGNAL = signal.SIGUSR2
+"""How the driver stops the server. Not SIGTERM: ``timeout``, systemd and Airflow send SIGTERM to the whole
+process group (or cgroup), and the server and its workers then keep going until the driver, unwinding from
+its own SIGTERM, stops them, instead of ending under the run and making it look like a crash."""
+
+
 class _Stop(Exception):
     """The driver asked the server to stop."""
 
@@ -246,8 +256,11 @@ def _stop(signum: int, frame: object) -> None:
 
 
 def _serve(server: socket.socket, driver_pid: int, deaths_fd: int, directory: str) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C reaches the driver, which stops the server
-    driver_signals = {signal.SIGTERM, signal.SIGUSR1}  # stop; kill the workers and stop
+    # A Ctrl-C or a SIGTERM to the process group reaches the driver, which stops the server; the workers
+    # inherit both dispositions.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    driver_signals = {_STOP_SIGNAL, signal.SIGUSR1}  # stop; kill the workers and stop
     for signum in driver_signals:
         signal.signal(signum, _stop)
     workers: set[int] = set()

@@ -113,7 +113,10 @@ class WorkerWatchdog:
     ) -> None:
         if self._thread is None:
             return
-        if exc_type is not None and self._death is None:
+        # Ctrl-C or SIGTERM (a KeyboardInterrupt) stops the run as it is, whatever its workers do meanwhile:
+        # no wait for a verdict, and no WorkerDiedError in its place.
+        interrupted = exc_type is not None and issubclass(exc_type, KeyboardInterrupt)
+        if exc_type is not None and not interrupted and self._death is None:
             # The runner may fail on the lost channel before the server's report arrives.
             self._thread.join(_VERDICT_SECONDS)
         with self._lock:
@@ -129,7 +132,7 @@ class WorkerWatchdog:
             for arguments in held:
                 self._previous_excepthook(arguments)
             return
-        if exc_type is not None:
+        if exc_type is not None and not interrupted:
             raise WorkerDiedError(self._death) from None
         # The runner finished every bundle before the death was noticed (a worker that ended at the very
         # end): the run's output is complete, and the run goes on.
