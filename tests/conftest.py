@@ -7,6 +7,7 @@ correct and independent of the engine's own position index.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
 import sys
@@ -307,6 +308,18 @@ def cut_positions(chunks) -> list[int]:
 # --------------------------------------------------------------------------------------------------
 # Fixtures
 # --------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def overlap_warnings(caplog, monkeypatch):
+    """The ``overlap_tokens`` warnings warnings logged by the test (the warning is logged once per process: none has been yet)."""
+    monkeypatch.setattr(chunkline.context, "_warned", set())
+    caplog.set_level(logging.WARNING, logger="chunkline")
+
+    def messages() -> list[str]:
+        return [record.getMessage() for record in caplog.records if "overlap_tokens" in record.getMessage()]
+
+    return messages
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import math
 
 import pytest
@@ -372,18 +371,6 @@ def test_window_mode_keeps_every_invariant(read_fixture, max_tokens, overlap_tok
 # --------------------------------------------------------------------------------------------------
 # An overlap that re-emits most of every piece of a split section
 # --------------------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def overlap_warnings(caplog, monkeypatch):
-    """The overlap warnings logged by the test (the warning is logged once per process: none has been yet)."""
-    monkeypatch.setattr(chunkline.context, "_warned", set())
-    caplog.set_level(logging.WARNING, logger="chunkline")
-
-    def messages() -> list[str]:
-        return [record.getMessage() for record in caplog.records if "overlap_tokens" in record.getMessage()]
-
-    return messages
 
 
 def test_pieces_cut_at_boundaries_that_repeat_most_of_their_text_warn_once(overlap_warnings):

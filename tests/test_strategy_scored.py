@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import logging
-
 import pytest
 from conftest import FIXTURES, assert_invariants, assert_protected_blocks_whole, cut_positions, is_word_boundary
 from hypothesis import given, settings
@@ -303,19 +301,16 @@ PROSE = "# Harbour logger\n\n## Settings\n" + " ".join(
     ("max_tokens", "overlap_tokens", "warned"), [(200, 150, True), (200, 90, False), (900, 135, False)]
 )
 def test_token_mode_warns_once_when_the_overlap_repeats_most_of_every_chunk(
-    caplog, monkeypatch, max_tokens, overlap_tokens, warned
+    overlap_warnings, max_tokens, overlap_tokens, warned
 ):
-    monkeypatch.setattr(chunkline.context, "_warned", set())  # logged once per process: not yet
     config = scored_config(mode="tokens", max_tokens=max_tokens, overlap_tokens=overlap_tokens)
-
-    with caplog.at_level(logging.WARNING, logger="chunkline"):
-        chunks = chunk_markdown(PROSE, config)
-        chunk_markdown(PROSE + "\nOne more line.\n", config)
+    chunks = chunk_markdown(PROSE, config)
+    chunk_markdown(PROSE + "\nOne more line.\n", config)
 
     repeated = sum(max(0, before.end_char - after.start_char) for before, after in zip(chunks, chunks[1:]))
     emitted = sum(chunk.end_char - chunk.start_char for chunk in chunks)
     assert (repeated * 2 > emitted) == warned
-    messages = [record.getMessage() for record in caplog.records if "overlap_tokens" in record.getMessage()]
+    messages = overlap_warnings()
     assert len(messages) == warned
     if warned:
         assert messages[0].startswith(f"overlap_tokens {overlap_tokens} re-emits {100 * repeated / emitted:.0f}%")

@@ -3,12 +3,9 @@ that never exceed the limit and never cut a character, and DocForge's headings-v
 
 from __future__ import annotations
 
-import logging
-
 import pytest
 from conftest import assert_invariants
 
-import chunkline.context
 from chunkline import ChunkConfig, ConfigError, chunk_markdown, parse_markdown
 from chunkline.engine import span_budget
 
@@ -88,18 +85,6 @@ def test_overlap_as_large_as_the_window_is_refused():
 # --------------------------------------------------------------------------------------------------
 # An overlap that re-emits most of every window
 # --------------------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def overlap_warnings(caplog, monkeypatch):
-    """The overlap warnings logged by the test (the warning is logged once per process: none has been yet)."""
-    monkeypatch.setattr(chunkline.context, "_warned", set())
-    caplog.set_level(logging.WARNING, logger="chunkline")
-
-    def messages() -> list[str]:
-        return [record.getMessage() for record in caplog.records if "overlap_tokens" in record.getMessage()]
-
-    return messages
 
 
 def test_windows_of_the_budget_left_by_the_context_line_advance_by_it_less_the_overlap():
